@@ -1,0 +1,15 @@
+"""The Postgres warehouse: embedded server, engine, migrations and COPY loaders."""
+
+from connectors.warehouse.loader import copy_rows, record_status, replace_rows, write_quarantine
+from connectors.warehouse.warehouse import Warehouse, WarehouseError, data_dir, open_warehouse
+
+__all__ = [
+    "Warehouse",
+    "WarehouseError",
+    "copy_rows",
+    "data_dir",
+    "open_warehouse",
+    "record_status",
+    "replace_rows",
+    "write_quarantine",
+]

@@ -1,0 +1,48 @@
+# gpufabric — two commands do everything: `make demo` and `make test`. Each sets itself up.
+SHELL := /bin/bash
+PY    := $(shell command -v python3.11 || command -v python3)
+VENV  := .venv
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test ui bench lint system-deps clean-data help
+
+help:
+	@echo "make demo   simulate a 4-SU H100 SuperPOD and run every asset on the embedded defaults"
+	@echo "make test   the whole suite (what .ci/run runs)"
+	@echo "make ui     the Dagster UI on http://127.0.0.1:3000 against the same warehouse"
+	@echo "make bench  benchmarks, each printing its ratio against a peer measured in the same run"
+	@echo "make lint   ruff and mypy"
+
+# The venv is rebuilt when the lock or the project metadata changes. --only-binary=:all: makes a
+# package that would build (and download) at install time fail fast instead.
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check --only-binary=:all: -c constraints.txt -r requirements.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+# Debian packages the twins and tests need (snmp tools, lldpd, infiniband-diags, ...), listed in
+# system-packages.txt; installed only when missing and only when we are root (CI and dev boxes).
+system-deps:
+	@bash scripts/system-deps.sh system-packages.txt
+
+demo: $(STAMP)
+	$(BIN)/gpufabric demo
+
+test: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q
+
+ui: $(STAMP)
+	$(BIN)/gpufabric ui
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+clean-data:
+	-$(BIN)/gpufabric db stop
+	rm -rf .data

@@ -1,0 +1,127 @@
+"""Bulk loads with COPY, and the ops tables every source writes.
+
+Rows go in through ``COPY ... FROM STDIN`` (binary, with the column types read from the
+catalogue, so Python values are encoded exactly as Postgres stores them: no CSV quoting traps
+with tabs, newlines, NULL markers or backslashes). Re-loading a window is idempotent through
+:func:`replace_rows`, which deletes the window by its natural key and copies in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from core.quality import CollectionStatus, Quarantined
+
+
+def _table_ident(table: str) -> sql.Composable:
+    schema, _, name = table.rpartition(".")
+    return sql.Identifier(schema, name) if schema else sql.Identifier(name)
+
+
+def column_types(conn: psycopg.Connection, table: str, columns: Sequence[str]) -> list[int]:
+    """Type OIDs of ``columns`` in ``table``, in order; a clear error for a column that is not there."""
+    rows = conn.execute(
+        """
+        SELECT a.attname, a.atttypid::int
+        FROM pg_attribute a
+        WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+        """,
+        (table,),
+    ).fetchall()
+    oids = dict(rows)
+    missing = [c for c in columns if c not in oids]
+    if missing:
+        raise ValueError(f"{table} has no column(s) {', '.join(missing)}")
+    return [oids[c] for c in columns]
+
+
+def copy_rows(
+    conn: psycopg.Connection,
+    table: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    binary: bool = True,
+) -> int:
+    """COPY ``rows`` into ``table``; returns the number of rows written. Caller owns the transaction."""
+    statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(
+        _table_ident(table),
+        sql.SQL(", ").join(sql.Identifier(c) for c in columns),
+        sql.SQL(" (FORMAT BINARY)") if binary else sql.SQL(""),
+    )
+    # Read the types before COPY starts: the connection takes no other query until it ends.
+    types = column_types(conn, table, columns) if binary else None
+    count = 0
+    with conn.cursor() as cur, cur.copy(statement) as copy:
+        if types is not None:
+            copy.set_types(types)
+        for row in rows:
+            copy.write_row(row)
+            count += 1
+    return count
+
+
+def replace_rows(
+    conn: psycopg.Connection,
+    table: str,
+    key: Mapping[str, Any],
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+) -> tuple[int, int]:
+    """Delete the rows matching ``key`` then copy ``rows``, atomically: a re-run of the same window
+    leaves exactly one copy. Returns (deleted, inserted)."""
+    where = sql.SQL(" AND ").join(sql.SQL("{} = {}").format(sql.Identifier(k), sql.Placeholder()) for k in key)
+    with conn.transaction():
+        deleted = conn.execute(
+            sql.SQL("DELETE FROM {} WHERE {}").format(_table_ident(table), where), list(key.values())
+        ).rowcount
+        inserted = copy_rows(conn, table, columns, rows)
+    return deleted, inserted
+
+
+QUARANTINE_COLUMNS = ("run_id", "source", "device", "location", "reason", "payload", "payload_bytes", "context")
+
+
+def write_quarantine(conn: psycopg.Connection, run_id: str, items: Iterable[Quarantined]) -> int:
+    def rows() -> Iterable[Sequence[Any]]:
+        for q in items:
+            text, raw = q.clipped_payload()
+            context = dict(q.context)
+            if len(q.payload) > len(text):
+                context.setdefault("original_length", len(q.payload))
+            yield (run_id, q.source, q.device, q.location, q.reason, text.replace("\x00", "\\x00"), raw, context)
+
+    return copy_rows(conn, "ops.quarantine", QUARANTINE_COLUMNS, rows())
+
+
+def record_status(
+    conn: psycopg.Connection,
+    *,
+    run_id: str,
+    source: str,
+    device: str,
+    status: CollectionStatus,
+    started_at: datetime,
+    finished_at: datetime,
+    rows_landed: int = 0,
+    rows_quarantined: int = 0,
+    detail: str | None = None,
+) -> None:
+    """Upsert one device's outcome for a run (a retried run overwrites its own row)."""
+    conn.execute(
+        """
+        INSERT INTO ops.collection_status
+            (run_id, source, device, status, detail, rows_landed, rows_quarantined, started_at, finished_at)
+        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+        ON CONFLICT (run_id, source, device) DO UPDATE SET
+            status = EXCLUDED.status, detail = EXCLUDED.detail, rows_landed = EXCLUDED.rows_landed,
+            rows_quarantined = EXCLUDED.rows_quarantined, started_at = EXCLUDED.started_at,
+            finished_at = EXCLUDED.finished_at
+        """,
+        (run_id, source, device, str(status), detail, rows_landed, rows_quarantined, started_at, finished_at),
+    )

@@ -1,0 +1,320 @@
+"""``gpufabric``: the command line. Heavy imports (Dagster, the simulator) stay inside commands,
+so ``gpufabric db url`` answers in a fraction of a second.
+
+Every expected failure (bad config, bad spec, unreachable database, bad selection) ends as one
+red line and exit code 1 or 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(
+    help="gpufabric: GPU fabric topology, Kueue publishing and agent-tree cost attribution.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="The Postgres warehouse.", no_args_is_help=True)
+sim_app = typer.Typer(help="Twins of the external systems, built from a cluster spec.", no_args_is_help=True)
+spec_app = typer.Typer(help="Cluster specs.", no_args_is_help=True)
+config_app = typer.Typer(help="The site file, gpufabric.yaml.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(sim_app, name="sim")
+sim_app.add_typer(spec_app, name="spec")
+app.add_typer(config_app, name="config")
+
+out = Console()
+err = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from connectors.warehouse import WarehouseError
+    from connectors.warehouse.embedded import EmbeddedPostgresError
+    from pipelines.runner import SelectionError
+    from pipelines.settings import SettingsError
+    from simulator.spec import SpecError
+
+    return (WarehouseError, EmbeddedPostgresError, SelectionError, SettingsError, SpecError, FileNotFoundError)
+
+
+def clear_errors(fn: F) -> F:
+    """Turn the errors a user can fix into one message and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except _expected_errors() as exc:
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------- db
+
+
+@db_app.command("url")
+@clear_errors
+def db_url(show_password: Annotated[bool, typer.Option(help="print the password too")] = False) -> None:
+    """Print the warehouse URL (libpq form), starting the embedded server if needed."""
+    from connectors.warehouse import open_warehouse
+
+    wh = open_warehouse()
+    print(wh.libpq_url if show_password else wh.display_url)
+
+
+@db_app.command("psql")
+@clear_errors
+def db_psql(args: Annotated[list[str] | None, typer.Argument(help="extra psql arguments")] = None) -> None:
+    """Open psql on the warehouse (the embedded server's own psql if none is installed)."""
+    from connectors.warehouse import open_warehouse
+
+    wh = open_warehouse()
+    psql = shutil.which("psql") or (str(wh.embedded.bin_dir / "psql") if wh.embedded else None)
+    if psql is None:
+        raise FileNotFoundError("psql is not installed (Debian: apt-get install postgresql-client)")
+    os.execv(psql, [psql, wh.libpq_url, *(args or [])])
+
+
+@db_app.command("status")
+@clear_errors
+def db_status() -> None:
+    """Server, schema version, and row counts of the tables gpufabric writes."""
+    from connectors.warehouse import open_warehouse
+    from connectors.warehouse.migrate import current_revision, head_revision
+
+    wh = open_warehouse()
+    table = Table(title=f"warehouse {wh.display_url}", show_header=True)
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    with wh.connect() as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+        rows = conn.execute(
+            """
+            SELECT n.nspname || '.' || c.relname, c.reltuples::bigint
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relkind IN ('r', 'p') AND n.nspname IN
+                  ('raw','ops','topology','telemetry','agents','staging','finops','efficiency')
+            ORDER BY 1
+            """
+        ).fetchall()
+        for name, _estimate in rows:
+            schema, _, rel = name.partition(".")
+            from psycopg import sql
+
+            count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, rel))).fetchone()
+            table.add_row(name, str(count[0] if count else 0))
+    mode = f"embedded ({wh.embedded.data_dir})" if wh.embedded else "external (GPUFABRIC_DATABASE_URL)"
+    out.print(f"PostgreSQL {version[0] if version else '?'}, {mode}")
+    out.print(f"schema revision {current_revision(wh.engine)} (head {head_revision()})")
+    out.print(table)
+
+
+@db_app.command("stop")
+@clear_errors
+def db_stop() -> None:
+    """Stop the embedded server (data stays under the data dir)."""
+    from connectors.warehouse import data_dir
+    from connectors.warehouse.embedded import stop_server
+
+    stopped = stop_server(data_dir() / "postgres")
+    out.print("embedded Postgres stopped" if stopped else "embedded Postgres was not running")
+
+
+# --------------------------------------------------------------------------------------- sim
+
+
+@spec_app.command("validate")
+@clear_errors
+def spec_validate(file: Annotated[Path, typer.Argument(help="a cluster spec YAML, or a shipped spec name")]) -> None:
+    """Validate a cluster spec and print what it describes."""
+    from simulator.generator import generate
+
+    spec = _load_spec(str(file))
+    truth = generate(spec)
+    out.print(f"[green]ok[/] {spec.name}: " + _truth_summary(truth))
+
+
+def _load_spec(name_or_path: str) -> Any:
+    from simulator.spec import load_spec
+    from simulator.specs import resolve_spec_path
+
+    return load_spec(resolve_spec_path(name_or_path))
+
+
+def _sim_up(spec: str) -> Any:
+    from connectors.warehouse import data_dir
+    from simulator.up import sim_up
+
+    return sim_up(_load_spec(spec), data_dir() / "sim")
+
+
+def _truth_summary(truth: Any) -> str:
+    from core.models import LinkKind, Tier
+
+    ib = [s for s in truth.switches(fabric=LinkKind.IB)]
+    eth = truth.switches(fabric=LinkKind.ETH)
+    tiers = {t: len([s for s in ib if truth.tiers.get(s.id) == t]) for t in Tier}
+    return (
+        f"{len(truth.hosts())} nodes, {len(truth.gpus())} GPUs, IB switches {len(ib)} "
+        f"(leaf {tiers[Tier.LEAF]}, spine {tiers[Tier.SPINE]}, core {tiers[Tier.CORE]}), "
+        f"Ethernet switches {len(eth)}, links {len(truth.links)}, injected defects {len(truth.defects)}"
+    )
+
+
+@sim_app.command("up")
+@clear_errors
+def sim_up(
+    spec: Annotated[str, typer.Option(help="shipped spec name (h100-4su, ...) or a spec file")] = "h100-4su",
+) -> None:
+    """Generate the twins' data for a spec and write the matching gpufabric.yaml.
+
+    Today that is the DCIM inventory export; each collector issue adds its twin here.
+    """
+    result = _sim_up(spec)
+    out.print(f"[green]simulated[/] {result.spec_name}: {result.summary}")
+    out.print(f"site config: {result.config_path}")
+
+
+# ------------------------------------------------------------------------------------ config
+
+
+@config_app.command("validate")
+@clear_errors
+def config_validate(
+    file: Annotated[Path | None, typer.Argument(help="default: $GPUFABRIC_CONFIG or ./gpufabric.yaml")] = None,
+) -> None:
+    """Validate a site file; every problem is listed as file:line: field: reason."""
+    from pipelines.resources import default_config_path
+    from pipelines.settings import load_settings
+
+    path = file or default_config_path()
+    settings = load_settings(path)
+    s = settings.sources
+    out.print(
+        f"[green]ok[/] {path}: {len(s.switches)} switches, {len(s.dcim)} DCIM exports, "
+        f"{len(s.fabric_managers)} fabric managers, {len(settings.tenants)} tenants, "
+        f"{len(settings.rate_cards)} rate cards"
+    )
+
+
+# --------------------------------------------------------------------------------------- run
+
+
+@app.command("run")
+@clear_errors
+def run(
+    select: Annotated[
+        str | None, typer.Option(help="Dagster asset selection, e.g. 'group:inventory' or 'key:raw/dcim_inventory'")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="site file (default $GPUFABRIC_CONFIG or ./gpufabric.yaml)")
+    ] = None,
+) -> None:
+    """Materialize assets in-process; the run is recorded in the Dagster instance the UI shows."""
+    from pipelines.runner import run_assets
+
+    if config:
+        os.environ["GPUFABRIC_CONFIG"] = str(config.resolve())
+    outcome = run_assets(select, console=err)
+    _print_outcome(outcome)
+    if not outcome.success:
+        raise typer.Exit(1)
+
+
+def _print_outcome(outcome: Any) -> None:
+    table = Table(title=f"run {outcome.run_id}")
+    table.add_column("asset")
+    table.add_column("metadata")
+    for key in outcome.materialized:
+        meta = outcome.metadata.get(key, {})
+        table.add_row(key, ", ".join(f"{k}={v}" for k, v in meta.items()))
+    out.print(table)
+    if outcome.failed_steps:
+        err.print(f"[bold red]failed steps:[/] {', '.join(outcome.failed_steps)} (details: make ui → Runs)")
+
+
+@app.command("demo")
+@clear_errors
+def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file")] = "h100-4su") -> None:
+    """Simulate a cluster, run every asset on the embedded defaults, and say what was found."""
+    from connectors.warehouse import open_warehouse
+    from pipelines.runner import run_assets
+
+    result = _sim_up(spec)
+    out.print(f"[bold]1. simulated[/] {result.spec_name}: {result.summary}")
+    os.environ["GPUFABRIC_CONFIG"] = str(result.config_path)
+    wh = open_warehouse()
+    out.print(f"[bold]2. warehouse[/] {wh.display_url}")
+    outcome = run_assets(None, console=err)
+    out.print("[bold]3. materialized[/]")
+    _print_outcome(outcome)
+    _print_demo_findings(wh, outcome.run_id)
+    out.print(
+        "\n[bold]where things are[/]\n"
+        f"  site config      {result.config_path}\n"
+        f"  warehouse        {wh.display_url}   (gpufabric db psql)\n"
+        "  tables           raw.dcim_inventory, ops.collection_status, ops.quarantine\n"
+        "  Dagster UI       make ui  →  http://127.0.0.1:3000"
+    )
+    if not outcome.success:
+        raise typer.Exit(1)
+
+
+def _print_demo_findings(wh: Any, run_id: str) -> None:
+    with wh.connect() as conn:
+        status = conn.execute(
+            "SELECT source, device, status, rows_landed, rows_quarantined FROM ops.collection_status "
+            "WHERE run_id = %s ORDER BY source, device",
+            (run_id,),
+        ).fetchall()
+        quarantine = conn.execute(
+            "SELECT source, location, reason FROM ops.quarantine WHERE run_id = %s ORDER BY id LIMIT 10", (run_id,)
+        ).fetchall()
+    table = Table(title="collection status")
+    for col in ("source", "target", "status", "landed", "quarantined"):
+        table.add_column(col)
+    for row in status:
+        table.add_row(*(str(v) for v in row))
+    out.print(table)
+    for source, location, reason in quarantine:
+        out.print(f"  quarantined ({source} {location or ''}): {reason}")
+
+
+@app.command("ui")
+@clear_errors
+def ui(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 3000) -> None:
+    """Serve the Dagster UI on 127.0.0.1 against the same warehouse and run history."""
+    from connectors.warehouse import open_warehouse
+    from connectors.warehouse.warehouse import PROJECT_ROOT
+    from pipelines.instance import prepare_dagster_env
+
+    home = prepare_dagster_env(open_warehouse())
+    out.print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={home}); Ctrl-C stops it")
+    # A child process, not exec: `dagster dev` started from a shell script with & ignores
+    # SIGTERM (../shared/ARCHITECTURE.md, known traps); from subprocess it stops cleanly.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port)], cwd=PROJECT_ROOT
+    )
+    try:
+        raise typer.Exit(proc.wait())
+    except KeyboardInterrupt:
+        proc.terminate()
+        raise typer.Exit(proc.wait()) from None
+
+
+if __name__ == "__main__":
+    app()

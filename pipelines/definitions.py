@@ -1,0 +1,32 @@
+"""The Dagster code location: every area's Definitions merged, with resources, jobs and schedules.
+
+``dagster dev`` finds this through ``[tool.dagster]`` in pyproject.toml. Resources are bound
+here, once, so every area's assets share one warehouse and one site config.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets import dcim
+from pipelines.resources import SiteConfigResource, WarehouseResource
+
+collect_all = dg.define_asset_job(
+    "collect_all", selection=dg.AssetSelection.all(), description="Collect every source and derive everything."
+)
+inventory_daily = dg.ScheduleDefinition(
+    name="inventory_daily",
+    job=dg.define_asset_job("inventory", selection=dg.AssetSelection.groups("inventory")),
+    cron_schedule="0 5 * * *",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="DCIM exports change with change tickets, not by the minute: once a day is plenty.",
+)
+
+defs = dg.Definitions.merge(
+    dcim.defs,
+    dg.Definitions(
+        jobs=[collect_all],
+        schedules=[inventory_daily],
+        resources={"warehouse": WarehouseResource(), "site": SiteConfigResource()},
+    ),
+)
