@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -309,11 +310,18 @@ def ui(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 3000) -> N
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port)], cwd=PROJECT_ROOT
     )
+
+    def stop(_signum: int, _frame: Any) -> None:
+        # Forward SIGTERM (systemd, CI, `kill`) as the Ctrl-C that dagster dev handles, so its
+        # webserver and daemon stop too instead of outliving us.
+        proc.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, stop)
     try:
-        raise typer.Exit(proc.wait())
+        code = proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
-        raise typer.Exit(proc.wait()) from None
+        code = proc.wait()
+    raise typer.Exit(code)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Any
 import dagster as dg
 
 from connectors.dcim.parser import SOURCE, DcimFormatError, DcimRecord, parse_file
-from connectors.warehouse import record_status, replace_rows, write_quarantine
+from connectors.warehouse import land_collection
 from core.quality import CollectionStatus, Parsed, Quarantined
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
@@ -69,6 +69,7 @@ def dcim_inventory(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, site: SiteConfigResource
 ) -> dg.MaterializeResult:  # type: ignore[type-arg]
     settings = site.get()
+    run_id = context.run.run_id
     wh = warehouse.get()
     statuses: Counter[str] = Counter()
     landed = quarantined = 0
@@ -89,31 +90,19 @@ def dcim_inventory(
                         Quarantined(source=SOURCE, device=src.name, reason=str(err), payload=str(src.path))
                     )
             status = parsed.status if detail is None or parsed.quarantined else CollectionStatus.UNREACHABLE
-            with conn.transaction():
-                _, n = replace_rows(
-                    conn,
-                    "raw.dcim_inventory",
-                    {"run_id": context.run_id, "source": src.name},
-                    DCIM_COLUMNS,
-                    dcim_rows(context.run_id, src.name, started, parsed.records),
-                )
-                conn.execute(
-                    "DELETE FROM ops.quarantine WHERE run_id = %s AND source = %s AND device = %s",
-                    (context.run_id, SOURCE, src.name),
-                )
-                q = write_quarantine(conn, context.run_id, parsed.quarantined)
-                record_status(
-                    conn,
-                    run_id=context.run_id,
-                    source=SOURCE,
-                    device=src.name,
-                    status=status,
-                    started_at=started,
-                    finished_at=datetime.now(UTC),
-                    rows_landed=n,
-                    rows_quarantined=q,
-                    detail=detail,
-                )
+            n, q = land_collection(
+                conn,
+                run_id=run_id,
+                source=SOURCE,
+                device=src.name,
+                table="raw.dcim_inventory",
+                columns=DCIM_COLUMNS,
+                rows=dcim_rows(run_id, src.name, started, parsed.records),
+                quarantined=parsed.quarantined,
+                status=status,
+                started_at=started,
+                detail=detail,
+            )
             context.log.info("%s: %s, %d nodes landed, %d rows quarantined", src.name, status, n, q)
             statuses[str(status)] += 1
             landed += n

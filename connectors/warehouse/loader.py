@@ -55,11 +55,12 @@ def copy_rows(
         sql.SQL(" (FORMAT BINARY)") if binary else sql.SQL(""),
     )
     # Read the types before COPY starts: the connection takes no other query until it ends.
-    types = column_types(conn, table, columns) if binary else None
+    # Declared types make psycopg encode each value as its column's type in either format
+    # (a dict becomes jsonb, an IPv4Address inet) instead of guessing from the Python type.
+    types = column_types(conn, table, columns)
     count = 0
     with conn.cursor() as cur, cur.copy(statement) as copy:
-        if types is not None:
-            copy.set_types(types)
+        copy.set_types(types)
         for row in rows:
             copy.write_row(row)
             count += 1
@@ -125,3 +126,44 @@ def record_status(
         """,
         (run_id, source, device, str(status), detail, rows_landed, rows_quarantined, started_at, finished_at),
     )
+
+
+def land_collection(
+    conn: psycopg.Connection,
+    *,
+    run_id: str,
+    source: str,
+    device: str,
+    table: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    quarantined: Sequence[Quarantined],
+    status: CollectionStatus,
+    started_at: datetime,
+    detail: str | None = None,
+) -> tuple[int, int]:
+    """Land one device's collection atomically: its raw rows (replacing any earlier attempt of the
+    same run), its quarantined input, and its status row. Every source asset ends here, so a
+    retried run never duplicates rows and status always agrees with what landed.
+    Returns (rows landed, rows quarantined). ``table`` must have ``run_id`` and ``source`` columns
+    where ``source`` holds ``device``.
+    """
+    with conn.transaction():
+        _, landed = replace_rows(conn, table, {"run_id": run_id, "source": device}, columns, rows)
+        conn.execute(
+            "DELETE FROM ops.quarantine WHERE run_id = %s AND source = %s AND device = %s", (run_id, source, device)
+        )
+        held = write_quarantine(conn, run_id, quarantined)
+        record_status(
+            conn,
+            run_id=run_id,
+            source=source,
+            device=device,
+            status=status,
+            started_at=started_at,
+            finished_at=datetime.now(started_at.tzinfo),
+            rows_landed=landed,
+            rows_quarantined=held,
+            detail=detail,
+        )
+    return landed, held

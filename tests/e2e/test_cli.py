@@ -1,0 +1,145 @@
+"""The CLI as a user runs it: the demo pipeline, clear errors, and the Dagster UI over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GPUFABRIC = [sys.executable, "-m", "pipelines.cli"]
+
+
+def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GPUFABRIC, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+def _dagster_runs(warehouse) -> int:  # type: ignore[no-untyped-def]
+    with warehouse.connect() as conn:
+        row = conn.execute("SELECT count(*) FROM runs").fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_demo_runs_the_pipeline_and_keeps_run_history(warehouse) -> None:  # type: ignore[no-untyped-def]
+    first = cli("demo")
+    assert first.returncode == 0, first.stderr + first.stdout
+    assert "128 nodes, 1024 GPUs" in first.stdout
+    assert "raw/dcim_inventory" in first.stdout and "nodes_landed=128" in first.stdout
+    runs_after_first = _dagster_runs(warehouse)
+    second = cli("demo")
+    assert second.returncode == 0, second.stderr
+    # Run history lives in the same Postgres (dagster-postgres): each demo adds exactly one run.
+    assert _dagster_runs(warehouse) == runs_after_first + 1
+    with warehouse.connect() as conn:
+        latest = conn.execute(
+            "SELECT run_id, status, rows_landed FROM ops.collection_status WHERE source = 'dcim' "
+            "ORDER BY finished_at DESC LIMIT 1"
+        ).fetchone()
+        assert latest is not None and latest[1:] == ("ok", 128)
+        assert conn.execute(
+            "SELECT count(DISTINCT node) FROM raw.dcim_inventory WHERE run_id = %s", (latest[0],)
+        ).fetchone() == (128,)
+
+
+def test_db_url_and_status(warehouse) -> None:  # type: ignore[no-untyped-def]
+    url = cli("db", "url")
+    assert url.returncode == 0
+    assert url.stdout.strip() == warehouse.display_url
+    status = cli("db", "status")
+    assert status.returncode == 0, status.stderr
+    assert "ops.collection_status" in status.stdout and "embedded" in status.stdout
+
+
+def _assert_clear_error(result: subprocess.CompletedProcess[str], *expected: str) -> None:
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.startswith("error:")
+    for text in expected:
+        assert text in result.stderr, result.stderr
+
+
+def test_bad_site_file_is_one_clear_message(tmp_path: Path) -> None:
+    bad = tmp_path / "gpufabric.yaml"
+    bad.write_text("version: 1\nsources:\n  dcim:\n    - name: x\n      path: a.csv\n      colour: red\n")
+    _assert_clear_error(cli("config", "validate", str(bad)), "gpufabric.yaml:6", "unknown key 'colour'")
+
+
+def test_bad_spec_is_one_clear_message(tmp_path: Path) -> None:
+    spec = (ROOT / "simulator/specs/h100-1su.yaml").read_text().replace("nodes_per_su: 32", "nodes_per_su: thirty")
+    bad = tmp_path / "spec.yaml"
+    bad.write_text(spec)
+    line = next(i for i, t in enumerate(spec.splitlines(), 1) if "nodes_per_su" in t)
+    _assert_clear_error(cli("sim", "spec", "validate", str(bad)), "nodes_per_su", f"line {line}")
+    ok = cli("sim", "spec", "validate", "b200-16su")
+    assert ok.returncode == 0 and "512 nodes, 4096 GPUs" in ok.stdout
+    assert "(leaf 128, spine 128, core 64)" in ok.stdout
+
+
+def test_unknown_selection_names_the_known_assets() -> None:
+    _assert_clear_error(cli("run", "--select", "key:no/such_asset"), "raw/dcim_inventory")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _graphql(port: int, query: str) -> dict[str, object]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def test_ui_serves_the_assets_and_the_run_history(warehouse) -> None:  # type: ignore[no-untyped-def]
+    if _dagster_runs(warehouse) == 0:
+        assert cli("run").returncode == 0
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*GPUFABRIC, "ui", "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        assets: dict[str, object] | None = None
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            try:
+                assets = _graphql(port, "{ assetNodes { assetKey { path } } }")
+                if assets.get("data"):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        assert assets is not None and assets.get("data"), "the UI did not answer within 120 s"
+        paths = {"/".join(n["assetKey"]["path"]) for n in assets["data"]["assetNodes"]}  # type: ignore[index]
+        assert "raw/dcim_inventory" in paths
+        runs = _graphql(port, "{ runsOrError { ... on Runs { results { runId status } } } }")
+        results = runs["data"]["runsOrError"]["results"]  # type: ignore[index]
+        assert len(results) == _dagster_runs(warehouse) >= 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("gpufabric ui did not stop on SIGTERM")
+        else:
+            time.sleep(1)
+            # Nothing of it may be left serving: SIGTERM reached dagster dev and its children.
+            with socket.socket() as s:
+                assert s.connect_ex(("127.0.0.1", port)) != 0
