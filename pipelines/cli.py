@@ -268,7 +268,7 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
         "\n[bold]where things are[/]\n"
         f"  site config      {result.config_path}\n"
         f"  warehouse        {wh.display_url}   (gpufabric db psql)\n"
-        "  tables           raw.dcim_inventory, ops.collection_status, ops.quarantine\n"
+        "  tables           raw.dcim_inventory, staging.stg_dcim_inventory, ops.collection_status, ops.quarantine\n"
         "  Dagster UI       make ui  →  http://127.0.0.1:3000"
     )
     if not outcome.success:
@@ -282,6 +282,9 @@ def _print_demo_findings(wh: Any, run_id: str) -> None:
             "WHERE run_id = %s ORDER BY source, device",
             (run_id,),
         ).fetchall()
+        current = conn.execute(
+            "SELECT count(*), count(DISTINCT rack), sum(gpu_count) FROM staging.stg_dcim_inventory"
+        ).fetchone()
         quarantine = conn.execute(
             "SELECT source, location, reason FROM ops.quarantine WHERE run_id = %s ORDER BY id LIMIT 10", (run_id,)
         ).fetchall()
@@ -291,6 +294,11 @@ def _print_demo_findings(wh: Any, run_id: str) -> None:
     for row in status:
         table.add_row(*(str(v) for v in row))
     out.print(table)
+    if current:
+        out.print(
+            f"current inventory (staging.stg_dcim_inventory): {current[0]} nodes in {current[1]} racks, "
+            f"{current[2] or 0} GPUs"
+        )
     for source, location, reason in quarantine:
         out.print(f"  quarantined ({source} {location or ''}): {reason}")
 

@@ -72,6 +72,17 @@ class Warehouse:
         # dagster-postgres uses psycopg2, and SQLAlchemy 2.1 maps plain postgresql:// to psycopg 3.
         return self.base_url.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
 
+    def libpq_env(self) -> dict[str, str]:
+        """The connection as GPUFABRIC_DB_* variables, which dbt/profiles.yml reads."""
+        url = self.base_url
+        return {
+            "GPUFABRIC_DB_HOST": url.host or "127.0.0.1",
+            "GPUFABRIC_DB_PORT": str(url.port or 5432),
+            "GPUFABRIC_DB_USER": url.username or "postgres",
+            "GPUFABRIC_DB_PASSWORD": url.password or "",
+            "GPUFABRIC_DB_NAME": url.database or "postgres",
+        }
+
     @cached_property
     def engine(self) -> Engine:
         return create_engine(self.sqlalchemy_url, pool_pre_ping=True, pool_size=5, max_overflow=10)

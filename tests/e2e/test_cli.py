@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,7 +21,11 @@ GPUFABRIC = [sys.executable, "-m", "pipelines.cli"]
 
 def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*GPUFABRIC, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        [*GPUFABRIC, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
 
@@ -50,6 +55,13 @@ def test_demo_runs_the_pipeline_and_keeps_run_history(warehouse) -> None:  # typ
         assert conn.execute(
             "SELECT count(DISTINCT node) FROM raw.dcim_inventory WHERE run_id = %s", (latest[0],)
         ).fetchone() == (128,)
+        # dbt ran too: the staging view shows the latest collection of the demo's export only once.
+        assert conn.execute(
+            "SELECT count(*), count(DISTINCT node) FROM staging.stg_dcim_inventory WHERE source = 'dcim-export'"
+        ).fetchone() == (128, 128)
+    # Other tests' sources share this database, so the summary's totals are at least the demo's.
+    summary = re.search(r"current inventory \(staging.stg_dcim_inventory\): (\d+) nodes in (\d+) racks", second.stdout)
+    assert summary is not None and int(summary[1]) >= 128 and int(summary[2]) >= 32
 
 
 def test_db_url_and_status(warehouse) -> None:  # type: ignore[no-untyped-def]
@@ -98,7 +110,8 @@ def _free_port() -> int:
 
 def _graphql(port: int, query: str) -> dict[str, object]:
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql", data=json.dumps({"query": query}).encode(),
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
@@ -110,8 +123,12 @@ def test_ui_serves_the_assets_and_the_run_history(warehouse) -> None:  # type: i
         assert cli("run").returncode == 0
     port = _free_port()
     proc = subprocess.Popen(
-        [*GPUFABRIC, "ui", "--port", str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
+        [*GPUFABRIC, "ui", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 120
@@ -127,7 +144,7 @@ def test_ui_serves_the_assets_and_the_run_history(warehouse) -> None:  # type: i
             time.sleep(1)
         assert assets is not None and assets.get("data"), "the UI did not answer within 120 s"
         paths = {"/".join(n["assetKey"]["path"]) for n in assets["data"]["assetNodes"]}  # type: ignore[index]
-        assert "raw/dcim_inventory" in paths
+        assert {"raw/dcim_inventory", "staging/stg_dcim_inventory"} <= paths
         runs = _graphql(port, "{ runsOrError { ... on Runs { results { runId status } } } }")
         results = runs["data"]["runsOrError"]["results"]  # type: ignore[index]
         assert len(results) == _dagster_runs(warehouse) >= 1

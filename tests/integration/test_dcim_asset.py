@@ -50,15 +50,31 @@ def test_one_bad_export_and_one_missing_file_do_not_fail_the_run(tmp_path: Path,
     assert meta["rows_quarantined"].value == 4
     assert meta["sources_by_status"].value == {"ok": 1, "partial": 1, "unreachable": 1}
     with warehouse.connect() as conn:
-        landed = dict(conn.execute(
-            "SELECT source, count(*) FROM raw.dcim_inventory WHERE run_id = %s GROUP BY 1", (run_id,)).fetchall())
-        status = {r[0]: r[1:] for r in conn.execute(
-            "SELECT device, status, rows_landed, rows_quarantined, detail FROM ops.collection_status "
-            "WHERE run_id = %s", (run_id,)).fetchall()}
-        reasons = [r[0] for r in conn.execute(
-            "SELECT reason FROM ops.quarantine WHERE run_id = %s AND device = 'messy' ORDER BY id", (run_id,))]
-        nodes = {r[0] for r in conn.execute(
-            "SELECT node FROM raw.dcim_inventory WHERE run_id = %s AND source = 'good'", (run_id,))}
+        landed = dict(
+            conn.execute(
+                "SELECT source, count(*) FROM raw.dcim_inventory WHERE run_id = %s GROUP BY 1", (run_id,)
+            ).fetchall()
+        )
+        status = {
+            r[0]: r[1:]
+            for r in conn.execute(
+                "SELECT device, status, rows_landed, rows_quarantined, detail FROM ops.collection_status "
+                "WHERE run_id = %s",
+                (run_id,),
+            ).fetchall()
+        }
+        reasons = [
+            r[0]
+            for r in conn.execute(
+                "SELECT reason FROM ops.quarantine WHERE run_id = %s AND device = 'messy' ORDER BY id", (run_id,)
+            )
+        ]
+        nodes = {
+            r[0]
+            for r in conn.execute(
+                "SELECT node FROM raw.dcim_inventory WHERE run_id = %s AND source = 'good'", (run_id,)
+            )
+        }
     assert landed == {"good": 32, "messy": 1}
     assert nodes == {h.name for h in truth.hosts()}
     assert status["good"][:3] == ("ok", 32, 0)
@@ -76,8 +92,7 @@ def test_an_export_without_a_node_column_is_quarantined_whole(tmp_path: Path, wa
     result = _materialize(tmp_path, "version: 1\nsources:\n  dcim:\n    - {name: junk, path: junk.csv}\n")
     assert result.success
     with warehouse.connect() as conn:
-        status = conn.execute(
-            "SELECT status FROM ops.collection_status WHERE run_id = %s", (result.run_id,)).fetchone()
+        status = conn.execute("SELECT status FROM ops.collection_status WHERE run_id = %s", (result.run_id,)).fetchone()
         reason = conn.execute("SELECT reason FROM ops.quarantine WHERE run_id = %s", (result.run_id,)).fetchone()
     assert status == ("invalid",)
     assert reason is not None and "no node column" in reason[0]

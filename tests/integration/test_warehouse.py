@@ -140,8 +140,15 @@ def test_copy_round_trip_of_odd_values(warehouse, binary: bool) -> None:  # type
     table = f"raw.t_copy_{uuid.uuid4().hex[:8]}"
     when = dt.datetime(2026, 12, 2, 13, 0, 0, 123456, tzinfo=dt.UTC)
     rows = [
-        (i, text, {"k": text, "n": [1, None]} if text is not None else None, when, b"\x00\xff" if i % 2 else None,
-         ipaddress.ip_address("10.0.0.1") if binary else "10.0.0.1", 1.5 if i % 3 else None)
+        (
+            i,
+            text,
+            {"k": text, "n": [1, None]} if text is not None else None,
+            when,
+            b"\x00\xff" if i % 2 else None,
+            ipaddress.ip_address("10.0.0.1") if binary else "10.0.0.1",
+            1.5 if i % 3 else None,
+        )
         for i, text in enumerate(ODD_TEXTS)
     ]
     with warehouse.connect() as conn:
@@ -173,7 +180,9 @@ def test_replace_rows_makes_reloads_idempotent(warehouse, run_id: str) -> None: 
     with warehouse.connect() as conn:
         replace_rows(conn, "raw.dcim_inventory", {"run_id": run_id, "source": "s"}, cols, first)
         deleted, inserted = replace_rows(conn, "raw.dcim_inventory", {"run_id": run_id, "source": "s"}, cols, first[:3])
-        replace_rows(conn, "raw.dcim_inventory", {"run_id": run_id, "source": "other"}, cols, [(run_id, "other", now, "n0")])
+        replace_rows(
+            conn, "raw.dcim_inventory", {"run_id": run_id, "source": "other"}, cols, [(run_id, "other", now, "n0")]
+        )
         got = conn.execute(
             "SELECT source, count(*) FROM raw.dcim_inventory WHERE run_id = %s GROUP BY 1 ORDER BY 1", (run_id,)
         ).fetchall()

@@ -1,0 +1,79 @@
+"""dbt models as Dagster assets through dagster-dbt.
+
+dagster-dbt builds asset definitions from ``target/manifest.json``, which must exist before this
+module is imported (../shared/ARCHITECTURE.md, known traps), so :func:`ensure_manifest` runs
+``dbt parse`` when the manifest is missing or older than any file of the project. dbt sources
+named ``raw.<table>`` map to our asset keys ``raw/<table>``, so lineage joins up by itself.
+No ``from __future__ import annotations``: Dagster reads the context annotation at runtime.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+from dagster_dbt import DbtCliResource, DbtProject, dbt_assets
+
+from pipelines.resources import WarehouseResource
+
+DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
+_DBT_EXECUTABLE = Path(sys.executable).with_name("dbt")
+_PROJECT_FILES = ("models", "macros", "seeds", "tests", "dbt_project.yml", "profiles.yml")
+
+
+def _newest_source_mtime() -> float:
+    newest = 0.0
+    for name in _PROJECT_FILES:
+        path = DBT_PROJECT_DIR / name
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
+        newest = max([newest, *(f.stat().st_mtime for f in files)])
+    return newest
+
+
+def ensure_manifest() -> Path:
+    """Parse the project when the manifest is missing or stale; parsing needs no database."""
+    manifest = DBT_PROJECT_DIR / "target" / "manifest.json"
+    if not manifest.exists() or manifest.stat().st_mtime < _newest_source_mtime():
+        result = subprocess.run(
+            [
+                str(_DBT_EXECUTABLE),
+                "parse",
+                "--quiet",
+                "--project-dir",
+                str(DBT_PROJECT_DIR),
+                "--profiles-dir",
+                str(DBT_PROJECT_DIR),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"dbt parse failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        manifest.touch()
+    return manifest
+
+
+dbt_project = DbtProject(project_dir=DBT_PROJECT_DIR, profiles_dir=DBT_PROJECT_DIR)
+ensure_manifest()
+
+
+@dbt_assets(manifest=dbt_project.manifest_path, project=dbt_project)
+def gpufabric_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: WarehouseResource):  # type: ignore[no-untyped-def]
+    """Build (run + test) the selected dbt models against the warehouse the pipeline uses."""
+    os.environ.update(warehouse.get().libpq_env())  # dbt/profiles.yml reads these
+    yield from dbt.cli(["build"], context=context).stream()
+
+
+defs = dg.Definitions(
+    assets=[gpufabric_dbt_models],
+    resources={
+        # The venv's dbt by path: `gpufabric` is often run as .venv/bin/gpufabric without an
+        # activated venv, so `dbt` is not on PATH.
+        "dbt": DbtCliResource(
+            project_dir=dbt_project, profiles_dir=str(DBT_PROJECT_DIR), dbt_executable=str(_DBT_EXECUTABLE)
+        )
+    },
+)
