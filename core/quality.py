@@ -44,14 +44,14 @@ class Quarantined:
 
     def clipped_payload(self) -> tuple[str, bytes | None]:
         """Text for humans plus the raw bytes when the payload was not valid UTF-8."""
-        raw = self.payload if isinstance(self.payload, bytes) else None
-        text = self.payload.decode("utf-8", errors="backslashreplace") if raw is not None else self.payload
-        if raw is not None:
-            try:
-                raw.decode("utf-8")
-                raw = None  # valid UTF-8: the text column says it all
-            except UnicodeDecodeError:
-                raw = raw[:MAX_QUARANTINE_PAYLOAD]
+        if isinstance(self.payload, str):
+            return self.payload[:MAX_QUARANTINE_PAYLOAD], None
+        text = self.payload.decode("utf-8", errors="backslashreplace")
+        try:
+            self.payload.decode("utf-8")
+            raw: bytes | None = None  # valid UTF-8: the text column says it all
+        except UnicodeDecodeError:
+            raw = self.payload[:MAX_QUARANTINE_PAYLOAD]
         return text[:MAX_QUARANTINE_PAYLOAD], raw
 
 

@@ -24,7 +24,7 @@ def default_config_path() -> Path:
     return simulated if not local.exists() and simulated.exists() else local
 
 
-class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class WarehouseResource(dg.ConfigurableResource):
     """The Postgres warehouse. Empty ``url`` means GPUFABRIC_DATABASE_URL, else the embedded server."""
 
     url: str | None = None
@@ -36,7 +36,7 @@ class WarehouseResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return self._warehouse
 
 
-class SiteConfigResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+class SiteConfigResource(dg.ConfigurableResource):
     """The validated site file (``gpufabric.yaml``): sources, tenants, rate cards, guards."""
 
     path: str | None = None

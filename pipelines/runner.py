@@ -106,6 +106,6 @@ def _finished_assets(instance: dg.DagsterInstance, run_id: str) -> set[str]:
         return set()
     return {
         r.dagster_event.asset_key.to_user_string()
-        for r in records  # type: ignore[union-attr]
+        for r in records
         if r.dagster_event is not None and r.dagster_event.asset_key is not None
     }

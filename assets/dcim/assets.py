@@ -67,7 +67,7 @@ def dcim_rows(
 )
 def dcim_inventory(
     context: dg.AssetExecutionContext, warehouse: WarehouseResource, site: SiteConfigResource
-) -> dg.MaterializeResult:  # type: ignore[type-arg]
+) -> dg.MaterializeResult:
     settings = site.get()
     run_id = context.run.run_id
     wh = warehouse.get()

@@ -33,7 +33,7 @@ def column_types(conn: psycopg.Connection, table: str, columns: Sequence[str]) -
         """,
         (table,),
     ).fetchall()
-    oids = dict(rows)
+    oids: dict[str, int] = dict(rows)
     missing = [c for c in columns if c not in oids]
     if missing:
         raise ValueError(f"{table} has no column(s) {', '.join(missing)}")

@@ -169,7 +169,7 @@ def test_copy_round_trip_of_odd_values(warehouse, binary: bool) -> None:  # type
 
 
 def test_copy_names_a_missing_column(warehouse) -> None:  # type: ignore[no-untyped-def]
-    with warehouse.connect() as conn, pytest.raises(ValueError, match="no column.*nope"):
+    with warehouse.connect() as conn, pytest.raises(ValueError, match=r"no column.*nope"):
         copy_rows(conn, "ops.quarantine", ["run_id", "nope"], [("a", "b")])
 
 
