@@ -23,9 +23,9 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@touch $@
 
 # Debian packages the twins and tests need (snmp tools, lldpd, infiniband-diags, ...), listed in
-# system-packages.txt; installed only when missing and only when we are root (CI and dev boxes).
+# system-packages/*.txt; installed only when missing and only when we are root (CI and dev boxes).
 system-deps:
-	@bash scripts/system-deps.sh system-packages.txt
+	@bash scripts/system-deps.sh $(wildcard system-packages/*.txt)
 
 demo: $(STAMP)
 	$(BIN)/gpufabric demo

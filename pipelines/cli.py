@@ -181,13 +181,21 @@ def _truth_summary(truth: Any) -> str:
 def sim_up(
     spec: Annotated[str, typer.Option(help="shipped spec name (h100-4su, ...) or a spec file")] = "h100-4su",
 ) -> None:
-    """Generate the twins' data for a spec and write the matching gpufabric.yaml.
-
-    Today that is the DCIM inventory export; each collector issue adds its twin here.
-    """
+    """Start every twin for a spec (files and loopback servers) and write the matching gpufabric.yaml."""
     result = _sim_up(spec)
     out.print(f"[green]simulated[/] {result.spec_name}: {result.summary}")
     out.print(f"site config: {result.config_path}")
+
+
+@sim_app.command("down")
+@clear_errors
+def sim_down() -> None:
+    """Stop every twin that `sim up` started."""
+    from connectors.warehouse import data_dir
+    from simulator.up import sim_down as _down
+
+    stopped = _down(data_dir() / "sim")
+    out.print(f"stopped {stopped} twin process(es)" if stopped else "no twins were running")
 
 
 # ------------------------------------------------------------------------------------ config

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Install the Debian packages named in $1 (one per line, # comments) that are not installed yet.
-# Only as root: a developer without root gets the list to install instead of a failed sudo.
+# Install the Debian packages named in the lists given (one per line, # comments) that are not
+# installed yet. Only as root: without root it names what to install instead of a failed sudo.
 set -euo pipefail
-list="${1:?usage: system-deps.sh FILE}"
-mapfile -t wanted < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$list" | awk '{print $1}')
+[ $# -gt 0 ] || exit 0  # no lists: nothing to install
+mapfile -t wanted < <(cat "$@" /dev/null | sed -e 's/#.*//' -e '/^[[:space:]]*$/d' | awk '{print $1}' | sort -u)
 [ ${#wanted[@]} -eq 0 ] && exit 0
 missing=()
 for pkg in "${wanted[@]}"; do

@@ -1,14 +1,26 @@
-"""``gpufabric sim up``: write every twin's data for a spec, and the gpufabric.yaml that names them.
+"""``gpufabric sim up`` / ``sim down``: start every twin for a spec and write the site file naming them.
 
-Today the twins are files (the DCIM export); later ones start servers (SNMP, SSH, UFM, Kubernetes)
-and add their endpoints to the same generated site file. Ground truth stays here, in the
-simulator: it is never written to the warehouse as if it were observed.
+A twin is anything that stands in for an external system: files (the DCIM export, saved
+ibnetdiscover output) or servers on loopback (snmpsim, fakenos SSH, UFM REST, dcgm-exporter, a
+Kubernetes API). Each twin module contributes one :class:`Twin` to :data:`TWINS`; ``sim_up``
+starts them all, detached, records their PIDs in ``<sim root>/state.json`` and writes the
+``gpufabric.yaml`` whose sources point at them. A second ``sim up`` for the same spec finds the
+twins alive and reuses them; ``sim down`` stops them. Ground truth stays here, in the simulator:
+it is never written to the warehouse as if it were observed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -17,40 +29,156 @@ from simulator.generator import GroundTruth, generate
 from simulator.spec import ClusterSpec
 
 
+@dataclass
+class TwinRun:
+    """What a started twin reports back."""
+
+    name: str
+    sources: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # merged into gpufabric.yaml sources
+    pids: list[int] = field(default_factory=list)  # detached processes to stop on `sim down`
+    summary: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a twin's port, for tests
+
+
+@dataclass(frozen=True)
+class Twin:
+    """A twin: a name and a function that starts it for a ground truth in a work directory."""
+
+    name: str
+    start: Callable[[GroundTruth, Path], TwinRun]
+
+
+def _dcim_twin(truth: GroundTruth, workdir: Path) -> TwinRun:
+    path = write_dcim_export(truth, workdir / "dcim.csv").resolve()
+    return TwinRun(
+        name="dcim",
+        sources={"dcim": [{"name": "dcim-export", "path": str(path), "format": "csv"}]},
+        summary=f"DCIM export {path.name} ({len(truth.dcim)} rows)",
+    )
+
+
+# Each collector issue appends its twin here (simulator/<system>/ provides the start function).
+TWINS: list[Twin] = [Twin("dcim", _dcim_twin)]
+
+
 @dataclass(frozen=True)
 class SimUp:
     spec_name: str
     truth: GroundTruth
     out_dir: Path
     config_path: Path
-    dcim_path: Path
+    runs: tuple[TwinRun, ...]
+    reused: bool = False
 
     @property
     def summary(self) -> str:
-        return (
-            f"{len(self.truth.hosts())} nodes, {len(self.truth.gpus())} GPUs, "
-            f"{len(self.truth.switches())} switches, {len(self.truth.links)} links, "
-            f"{len(self.truth.defects)} injected defects; DCIM export {self.dcim_path.name}"
-        )
+        t = self.truth
+        base = (f"{len(t.hosts())} nodes, {len(t.gpus())} GPUs, {len(t.switches())} switches, "
+                f"{len(t.links)} links, {len(t.defects)} injected defects")
+        twins = "; ".join(r.summary for r in self.runs if r.summary)
+        return f"{base}; twins: {twins}" + (" (already running, reused)" if self.reused else "")
+
+    def twin(self, name: str) -> TwinRun:
+        return next(r for r in self.runs if r.name == name)
 
 
-def site_config(dcim_path: Path) -> dict[str, object]:
-    """The gpufabric.yaml a real site would write, pointing at the twins."""
-    return {
-        "version": 1,
-        "sources": {"dcim": [{"name": "dcim-export", "path": str(dcim_path), "format": "csv"}]},
-    }
+def _fingerprint(spec: ClusterSpec) -> str:
+    body = json.dumps(spec.model_dump(mode="json"), sort_keys=True) + "|" + ",".join(t.name for t in TWINS)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _state_path(sim_root: Path) -> Path:
+    return sim_root / "state.json"
+
+
+def site_config(runs: list[TwinRun] | tuple[TwinRun, ...], spec_name: str) -> str:
+    sources: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for kind, entries in run.sources.items():
+            sources.setdefault(kind, []).extend(entries)
+    body = yaml.safe_dump({"version": 1, "sources": sources}, sort_keys=False)
+    return f"# Written by `gpufabric sim up` for the simulated cluster {spec_name}; `gpufabric sim down` stops it.\n{body}"
 
 
 def sim_up(spec: ClusterSpec, sim_root: Path) -> SimUp:
-    """Generate the spec's twins under ``sim_root/<spec>``; ``sim_root/gpufabric.yaml`` is the active site."""
+    """Start every twin for ``spec`` under ``sim_root`` (reusing live ones for the same spec)."""
+    sim_root.mkdir(parents=True, exist_ok=True)
     truth = generate(spec)
     out_dir = sim_root / spec.name
+    state_file = _state_path(sim_root)
+    fingerprint = _fingerprint(spec)
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
+        pids = [p for run in state.get("runs", []) for p in run.get("pids", [])]
+        config = Path(state.get("config_path", ""))
+        if state.get("fingerprint") == fingerprint and all(_alive(p) for p in pids) and config.exists():
+            runs = tuple(TwinRun(**run) for run in state["runs"])
+            return SimUp(spec.name, truth, out_dir, config, runs, reused=True)
+        sim_down(sim_root)
     out_dir.mkdir(parents=True, exist_ok=True)
-    dcim_path = write_dcim_export(truth, out_dir / "dcim.csv").resolve()
-    text = "# Written by `gpufabric sim up`; the site file for the simulated cluster " + spec.name + "\n"
-    text += yaml.safe_dump(site_config(dcim_path), sort_keys=False)
+    runs: list[TwinRun] = []
+    try:
+        for twin in TWINS:
+            workdir = out_dir / twin.name
+            workdir.mkdir(parents=True, exist_ok=True)
+            runs.append(twin.start(truth, workdir))
+    except BaseException:
+        _stop_pids([p for r in runs for p in r.pids])
+        raise
+    text = site_config(runs, spec.name)
     (out_dir / "gpufabric.yaml").write_text(text)
-    active = sim_root / "gpufabric.yaml"
-    active.write_text(text)
-    return SimUp(spec.name, truth, out_dir, active.resolve(), dcim_path)
+    config_path = (sim_root / "gpufabric.yaml").resolve()
+    config_path.write_text(text)
+    state_file.write_text(json.dumps({
+        "spec": spec.name, "fingerprint": fingerprint, "config_path": str(config_path),
+        "runs": [r.__dict__ for r in runs],
+    }, indent=2))
+    return SimUp(spec.name, truth, out_dir, config_path, tuple(runs))
+
+
+def _stop_pids(pids: list[int], grace_s: float = 5.0) -> int:
+    stopped = 0
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            stopped += 1
+    deadline = time.monotonic() + grace_s
+    for pid in pids:
+        while _alive(pid) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.05)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _reap(pid)
+    return stopped
+
+
+def _reap(pid: int) -> None:
+    """Collect a child that exited, if it was ours, so it does not linger as a zombie."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def sim_down(sim_root: Path) -> int:
+    """Stop every twin process started by ``sim_up``; returns how many were signalled."""
+    state_file = _state_path(sim_root)
+    if not state_file.exists():
+        return 0
+    try:
+        state = json.loads(state_file.read_text())
+    except json.JSONDecodeError:
+        state = {}
+    stopped = _stop_pids([p for run in state.get("runs", []) for p in run.get("pids", [])])
+    state_file.unlink(missing_ok=True)
+    return stopped

@@ -35,6 +35,8 @@ def warehouse():  # type: ignore[no-untyped-def]
     wh = open_warehouse()
     yield wh
     wh.dispose()
+    # The server is left running, like the demo's: parallel pytest sessions in one checkout share
+    # it, and the next session reuses it. `GPUFABRIC_DATA_DIR=.data/test gpufabric db stop` stops it.
 
 
 @pytest.fixture
@@ -55,3 +57,27 @@ def fresh_database_url(warehouse) -> Iterator[str]:  # type: ignore[no-untyped-d
 @pytest.fixture
 def run_id() -> str:
     return f"test-{uuid.uuid4()}"
+
+
+@pytest.fixture(scope="session")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """``simulated("h100-1su")`` → the running twins (``simulator.up.SimUp``) for a shipped spec.
+
+    Twins start once per spec per session (they are slow to start and cheap to share) and are
+    stopped at the end of the session. Tests must not change a twin's state without restoring it.
+    """
+    from simulator.spec import load_spec
+    from simulator.specs import resolve_spec_path
+    from simulator.up import SimUp, sim_down, sim_up
+
+    started: dict[str, tuple[Path, SimUp]] = {}
+
+    def get(spec_name: str) -> SimUp:
+        if spec_name not in started:
+            root = tmp_path_factory.mktemp(f"sim-{spec_name}")
+            started[spec_name] = (root, sim_up(load_spec(resolve_spec_path(spec_name)), root))
+        return started[spec_name][1]
+
+    yield get
+    for root, _ in started.values():
+        sim_down(root)

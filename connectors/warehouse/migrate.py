@@ -22,9 +22,15 @@ def _config() -> Config:
 
 
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(_config()).get_current_head()
-    assert head is not None, "sql/migrations has no revisions"
-    return head
+    """The head(s) of the migration graph, comma-joined.
+
+    Each area (lldp, infiniband, telemetry, ...) keeps its own branch off the foundation
+    revision, so areas developed in parallel never fight over one linear chain; upgrading goes
+    to all heads.
+    """
+    heads = ScriptDirectory.from_config(_config()).get_heads()
+    assert heads, "sql/migrations has no revisions"
+    return ",".join(sorted(heads))
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -32,7 +38,8 @@ def current_revision(engine: Engine) -> str | None:
         exists = conn.execute(text("SELECT to_regclass('ops.alembic_version')")).scalar()
         if exists is None:
             return None
-        return MigrationContext.configure(conn, opts={"version_table_schema": "ops"}).get_current_revision()
+        heads = MigrationContext.configure(conn, opts={"version_table_schema": "ops"}).get_current_heads()
+        return ",".join(sorted(heads)) or None
 
 
 def upgrade(engine: Engine) -> str:
@@ -42,7 +49,7 @@ def upgrade(engine: Engine) -> str:
         try:
             cfg = _config()
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, "heads")
             conn.commit()
         finally:
             conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK_KEY})

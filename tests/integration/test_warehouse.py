@@ -60,7 +60,7 @@ def test_migrations_rerun_is_idempotent_and_keeps_data(fresh_database_url: str) 
     assert _tables(fresh_database_url) == before
     with again.connect() as conn:
         assert conn.execute("SELECT count(*) FROM ops.collection_status").fetchone() == (1,)
-        assert conn.execute("SELECT count(*) FROM ops.alembic_version").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM ops.alembic_version").fetchone() == (len(head_revision().split(",")),)
     again.dispose()
 
 
@@ -80,7 +80,7 @@ def test_concurrent_start_ups_migrate_once(fresh_database_url: str) -> None:
         t.join()
     assert errors == []
     with psycopg.connect(fresh_database_url) as conn:
-        assert conn.execute("SELECT version_num FROM ops.alembic_version").fetchall() == [(head_revision(),)]
+        assert sorted(r[0] for r in conn.execute("SELECT version_num FROM ops.alembic_version")) == head_revision().split(",")
 
 
 def test_external_url_from_environment(fresh_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
