@@ -8,14 +8,50 @@ with tabs, newlines, NULL markers or backslashes). Re-loading a window is idempo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import set_json_dumps
 
 from core.quality import CollectionStatus, Quarantined
+
+_JSON_OID = psycopg.postgres.types["json"].oid
+_JSONB_OID = psycopg.postgres.types["jsonb"].oid
+
+try:
+    import orjson
+except ImportError:  # orjson comes with dagster-dbt; without it jsonb goes through json.dumps as before
+    orjson = None  # type: ignore[assignment]
+
+_ORJSON_OPTIONS = (
+    orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS if orjson else 0
+)
+
+
+def _jsonb_dumps(obj: Any) -> str | bytes:
+    """``json.dumps`` with the same results, through orjson.
+
+    Why: psycopg encodes jsonb with ``json.dumps``, about 2.5 us for a small dict -- the largest
+    single cost of a COPY with a jsonb column (``make bench``: half the client time). orjson takes
+    0.2 us. Every input where the two could disagree goes back to ``json.dumps``: what orjson
+    refuses (ints over 64 bits, datetimes, dataclasses, cycles, surrogates) and any output holding
+    ``null``, which is also how orjson writes NaN and Infinity (json.dumps writes ``NaN``, which
+    Postgres rejects: such a row must keep failing loudly, not turn into null). A module-level
+    function, not a closure: psycopg caches the dumper class per function and would leak a class
+    per call for a closure.
+    """
+    try:
+        data = orjson.dumps(obj, option=_ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(obj)
+    return json.dumps(obj) if b"null" in data else data
+
+
+_JSONB_DUMPS: Callable[[Any], str | bytes] | None = _jsonb_dumps if orjson is not None else None
 
 
 def _table_ident(table: str) -> sql.Composable:
@@ -59,11 +95,15 @@ def copy_rows(
     # (a dict becomes jsonb, an IPv4Address inet) instead of guessing from the Python type.
     types = column_types(conn, table, columns)
     count = 0
-    with conn.cursor() as cur, cur.copy(statement) as copy:
-        copy.set_types(types)
-        for row in rows:
-            copy.write_row(row)
-            count += 1
+    with conn.cursor() as cur:
+        # jsonb only: a json column stores the text verbatim, and orjson's spacing differs.
+        if _JSONB_DUMPS is not None and _JSONB_OID in types and _JSON_OID not in types:
+            set_json_dumps(_JSONB_DUMPS, cur)  # this cursor only; the caller's connection is untouched
+        with cur.copy(statement) as copy:
+            copy.set_types(types)
+            for row in rows:
+                copy.write_row(row)
+                count += 1
     return count
 
 

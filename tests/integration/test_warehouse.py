@@ -80,7 +80,9 @@ def test_concurrent_start_ups_migrate_once(fresh_database_url: str) -> None:
         t.join()
     assert errors == []
     with psycopg.connect(fresh_database_url) as conn:
-        assert sorted(r[0] for r in conn.execute("SELECT version_num FROM ops.alembic_version")) == head_revision().split(",")
+        assert sorted(
+            r[0] for r in conn.execute("SELECT version_num FROM ops.alembic_version")
+        ) == head_revision().split(",")
 
 
 def test_external_url_from_environment(fresh_database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,3 +232,17 @@ def test_embedded_server_survives_restarts(tmp_path: Path) -> None:
             assert conn.execute("SELECT v FROM kept").fetchall() == [("still here",)]
     finally:
         stop_server(data)
+
+
+def test_jsonb_nan_fails_loudly_instead_of_becoming_null(warehouse) -> None:  # type: ignore[no-untyped-def]
+    # The fast jsonb encoder must never turn NaN into null silently: Postgres rejects NaN in JSON.
+    table = f"raw.t_nan_{uuid.uuid4().hex[:8]}"
+    with warehouse.connect() as conn:
+        conn.execute(f"CREATE TABLE {table} (j jsonb)")
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            copy_rows(conn, table, ["j"], [({"x": float("nan")},)])
+        conn.rollback()
+        conn.execute(f"CREATE TABLE {table} (j jsonb)")
+        copy_rows(conn, table, ["j"], [({"big": 2**70, 1: "int key", "u": "\u2603"},)])
+        assert conn.execute(f"SELECT j FROM {table}").fetchone() == ({"big": 2**70, "1": "int key", "u": "\u2603"},)
+        conn.rollback()
