@@ -122,8 +122,8 @@ def sim_up(spec: ClusterSpec, sim_root: Path) -> SimUp:
         pids = [p for run in state.get("runs", []) for p in run.get("pids", [])]
         config = Path(state.get("config_path", ""))
         if state.get("fingerprint") == fingerprint and all(_alive(p) for p in pids) and config.exists():
-            runs = tuple(TwinRun(**run) for run in state["runs"])
-            return SimUp(spec.name, truth, out_dir, config, runs, reused=True)
+            live = tuple(TwinRun(**run) for run in state["runs"])
+            return SimUp(spec.name, truth, out_dir, config, live, reused=True)
         sim_down(sim_root)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs: list[TwinRun] = []

@@ -160,3 +160,9 @@ def test_ui_serves_the_assets_and_the_run_history(warehouse) -> None:  # type: i
             # Nothing of it may be left serving: SIGTERM reached dagster dev and its children.
             with socket.socket() as s:
                 assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_db_psql_runs_against_the_warehouse(warehouse) -> None:  # type: ignore[no-untyped-def]
+    result = cli("db", "psql", "--", "-At", "-c", "SELECT current_database() || ':' || count(*) FROM ops.alembic_version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith(f"{warehouse.base_url.database}:")
