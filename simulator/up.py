@@ -73,8 +73,10 @@ class SimUp:
     @property
     def summary(self) -> str:
         t = self.truth
-        base = (f"{len(t.hosts())} nodes, {len(t.gpus())} GPUs, {len(t.switches())} switches, "
-                f"{len(t.links)} links, {len(t.defects)} injected defects")
+        base = (
+            f"{len(t.hosts())} nodes, {len(t.gpus())} GPUs, {len(t.switches())} switches, "
+            f"{len(t.links)} links, {len(t.defects)} injected defects"
+        )
         twins = "; ".join(r.summary for r in self.runs if r.summary)
         return f"{base}; twins: {twins}" + (" (already running, reused)" if self.reused else "")
 
@@ -107,7 +109,9 @@ def site_config(runs: list[TwinRun] | tuple[TwinRun, ...], spec_name: str) -> st
         for kind, entries in run.sources.items():
             sources.setdefault(kind, []).extend(entries)
     body = yaml.safe_dump({"version": 1, "sources": sources}, sort_keys=False)
-    return f"# Written by `gpufabric sim up` for the simulated cluster {spec_name}; `gpufabric sim down` stops it.\n{body}"
+    return (
+        f"# Written by `gpufabric sim up` for the simulated cluster {spec_name}; `gpufabric sim down` stops it.\n{body}"
+    )
 
 
 def sim_up(spec: ClusterSpec, sim_root: Path) -> SimUp:
@@ -139,10 +143,17 @@ def sim_up(spec: ClusterSpec, sim_root: Path) -> SimUp:
     (out_dir / "gpufabric.yaml").write_text(text)
     config_path = (sim_root / "gpufabric.yaml").resolve()
     config_path.write_text(text)
-    state_file.write_text(json.dumps({
-        "spec": spec.name, "fingerprint": fingerprint, "config_path": str(config_path),
-        "runs": [r.__dict__ for r in runs],
-    }, indent=2))
+    state_file.write_text(
+        json.dumps(
+            {
+                "spec": spec.name,
+                "fingerprint": fingerprint,
+                "config_path": str(config_path),
+                "runs": [r.__dict__ for r in runs],
+            },
+            indent=2,
+        )
+    )
     return SimUp(spec.name, truth, out_dir, config_path, tuple(runs))
 
 

@@ -163,6 +163,8 @@ def test_ui_serves_the_assets_and_the_run_history(warehouse) -> None:  # type: i
 
 
 def test_db_psql_runs_against_the_warehouse(warehouse) -> None:  # type: ignore[no-untyped-def]
-    result = cli("db", "psql", "--", "-At", "-c", "SELECT current_database() || ':' || count(*) FROM ops.alembic_version")
+    result = cli(
+        "db", "psql", "--", "-At", "-c", "SELECT current_database() || ':' || count(*) FROM ops.alembic_version"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith(f"{warehouse.base_url.database}:")
