@@ -21,6 +21,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipelines.cli_ib import app as ingest_app
+
 app = typer.Typer(
     help="gpufabric: GPU fabric topology, Kueue publishing and agent-tree cost attribution.",
     no_args_is_help=True,
@@ -34,6 +36,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(sim_app, name="sim")
 sim_app.add_typer(spec_app, name="spec")
 app.add_typer(config_app, name="config")
+app.add_typer(ingest_app, name="ingest")
 
 out = Console()
 err = Console(stderr=True)

@@ -427,7 +427,7 @@ SnmpVersion = Annotated[Literal["2c", "3"], BeforeValidator(_normalise_snmp_vers
 AuthProtocol = Literal["SHA", "SHA256", "SHA512"]
 PrivProtocol = Literal["AES", "AES192", "AES256"]
 
-_SNMP_V3_FIELDS = ("user", "auth_protocol", "auth_key", "priv_protocol", "priv_key")
+_SNMP_V3_FIELDS = ("user", "auth_protocol", "auth_key", "priv_protocol", "priv_key", "context")
 _SNMP_TRANSPORT_FIELDS = ("port", "timeout_s", "retries")
 
 
@@ -442,6 +442,9 @@ class SnmpConfig(_Model):
     auth_key: SecretRef | None = None
     priv_protocol: PrivProtocol | None = None
     priv_key: SecretRef | None = None
+    context: NonEmptyStr | None = None
+    """SNMPv3 contextName (agents that serve several MIB instances, e.g. one per VRF or, in the
+    snmpsim twin, one per simulated switch)."""
     timeout_s: TimeoutS = 10.0
     retries: Retries = 2
 
@@ -501,6 +504,7 @@ class SnmpDefaults(_Model):
     auth_key: SecretRef | None = None
     priv_protocol: PrivProtocol | None = None
     priv_key: SecretRef | None = None
+    context: NonEmptyStr | None = None
     timeout_s: TimeoutS | None = None
     retries: Retries | None = None
 
@@ -560,15 +564,30 @@ class FabricManagerSource(_Model):
     ca_file: ConfigPath | None = None
     timeout_s: TimeoutS = 30.0
     retries: Retries = 3
+    # kind ibnetdiscover: a saved output to load instead of running the command on this host.
+    path: ConfigPath | None = None
+    # Extra host-name regexes per class (exclude, ufm, storage, management), on top of the
+    # built-in rules of core/infiniband.py: those HCAs become findings, not compute hosts.
+    host_classes: dict[Literal["exclude", "ufm", "storage", "management"], list[NonEmptyStr]] = Field(
+        default_factory=dict
+    )
 
     @model_validator(mode="after")
     def _auth_is_complete(self) -> FabricManagerSource:
         issues: list[str] = []
+        for cls_name, patterns in self.host_classes.items():
+            for pattern in patterns:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    issues.append(f"host_classes.{cls_name}: {pattern!r} is not a regex ({exc})")
         if self.kind == "ufm":
             if self.url is None:
                 issues.append("kind ufm needs url")
             if self.auth is None:
                 issues.append("kind ufm needs auth: basic or token")
+            if self.path is not None:
+                issues.append("path only applies to kind ibnetdiscover (a saved output)")
         else:
             used = [name for name in ("url", "auth", "username", "password", "token") if getattr(self, name)]
             if used:
@@ -598,6 +617,10 @@ class PrometheusSource(_Model):
     name: Name
     url: HttpUrl
     step_s: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 30.0
+    query: NonEmptyStr | None = None
+    """PromQL selecting the series to read; default: every DCGM_FI_*/DCGM_EXP_* and workload gauge."""
+    timeout_s: TimeoutS = 30.0
+    retries: Retries = 3
 
 
 class DcgmExporterSource(_Model):
@@ -606,6 +629,7 @@ class DcgmExporterSource(_Model):
     name: Name
     urls: Annotated[list[HttpUrl], Field(min_length=1)] | None = None
     targets_file: ConfigPath | None = None
+    timeout_s: TimeoutS = 10.0
 
     @model_validator(mode="after")
     def _one_way_to_find_targets(self) -> DcgmExporterSource:

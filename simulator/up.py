@@ -17,8 +17,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,26 +25,9 @@ import yaml
 
 from simulator.dcim import write_dcim_export
 from simulator.generator import GroundTruth, generate
+from simulator.ib.twins import start_ibnetdiscover, start_ufm
 from simulator.spec import ClusterSpec
-
-
-@dataclass
-class TwinRun:
-    """What a started twin reports back."""
-
-    name: str
-    sources: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # merged into gpufabric.yaml sources
-    pids: list[int] = field(default_factory=list)  # detached processes to stop on `sim down`
-    summary: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a twin's port, for tests
-
-
-@dataclass(frozen=True)
-class Twin:
-    """A twin: a name and a function that starts it for a ground truth in a work directory."""
-
-    name: str
-    start: Callable[[GroundTruth, Path], TwinRun]
+from simulator.twin import Twin, TwinRun
 
 
 def _dcim_twin(truth: GroundTruth, workdir: Path) -> TwinRun:
@@ -57,8 +39,12 @@ def _dcim_twin(truth: GroundTruth, workdir: Path) -> TwinRun:
     )
 
 
-# Each collector issue appends its twin here (simulator/<system>/ provides the start function).
-TWINS: list[Twin] = [Twin("dcim", _dcim_twin)]
+# Every twin of the simulated cluster, started in this order by `sim up`.
+TWINS: list[Twin] = [
+    Twin("dcim", _dcim_twin),
+    Twin("ibnetdiscover", start_ibnetdiscover),
+    Twin("ufm", start_ufm),
+]
 
 
 @dataclass(frozen=True)

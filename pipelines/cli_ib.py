@@ -1,0 +1,74 @@
+"""``gpufabric ingest ...``: load a saved output offline (operators often hand one over).
+
+The integrator mounts :data:`app` as ``ingest`` on the main CLI, so this reads
+``gpufabric ingest ibnetdiscover FILE``. The file is parsed (streamed), classified and landed in
+the warehouse exactly like a configured source, under its own run id, with status and quarantine.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Load saved collector output into the warehouse.", no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+
+@app.callback()
+def ingest() -> None:
+    """Load saved collector output into the warehouse."""  # a callback keeps `ibnetdiscover` a subcommand
+
+
+@app.command("ibnetdiscover")
+def ingest_ibnetdiscover(
+    file: Annotated[Path, typer.Argument(help="saved `ibnetdiscover` output")],
+    name: Annotated[str | None, typer.Option(help="source name in the warehouse (default: file name)")] = None,
+    run_id: Annotated[str | None, typer.Option(help="run id (default: ingest-<time>-<random>)")] = None,
+) -> None:
+    """Parse a saved ibnetdiscover output and land nodes, ports and links in raw.ib_*."""
+    from assets.infiniband.assets import land_fabric
+    from connectors.ibnetdiscover import IbnetdiscoverError, parse_file
+    from connectors.warehouse import WarehouseError, open_warehouse
+    from core.quality import CollectionStatus
+
+    source = name or file.name
+    rid = run_id or f"ingest-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    started = datetime.now(UTC)
+    try:
+        fabric = parse_file(file, source)
+    except IbnetdiscoverError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    try:
+        wh = open_warehouse()
+        with wh.connect() as conn:
+            links, held = land_fabric(
+                conn, run_id=rid, kind="ibnetdiscover", device=source, fabric=fabric, started_at=started
+            )
+    except WarehouseError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    table = Table(title=f"{file} -> run {rid}")
+    for col in ("lines", "nodes", "switches", "ports", "links", "quarantined", "status"):
+        table.add_column(col)
+    table.add_row(
+        str(fabric.lines), str(len(fabric.nodes)), str(len(fabric.switches)), str(len(fabric.ports)),
+        str(links), str(held), str(fabric.status),
+    )  # fmt: skip
+    out.print(table)
+    kinds: dict[str, int] = {}
+    for f in fabric.findings:
+        kinds[f.kind] = kinds.get(f.kind, 0) + 1
+    if kinds:
+        out.print("findings: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+    if fabric.problem:
+        err.print(f"[yellow]{fabric.problem}[/yellow]")
+    if fabric.status in (CollectionStatus.NO_DATA, CollectionStatus.INVALID):
+        raise typer.Exit(1)

@@ -1,0 +1,1 @@
+"""InfiniBand twins: generated ibnetdiscover text, ibsim topologies and the UFM REST twin."""
