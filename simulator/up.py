@@ -26,6 +26,7 @@ import yaml
 from simulator.dcim import write_dcim_export
 from simulator.generator import GroundTruth, generate
 from simulator.ib.twins import start_ibnetdiscover, start_ufm
+from simulator.kube import start as start_kube_twin
 from simulator.spec import ClusterSpec
 from simulator.twin import Twin, TwinRun
 
@@ -44,6 +45,7 @@ TWINS: list[Twin] = [
     Twin("dcim", _dcim_twin),
     Twin("ibnetdiscover", start_ibnetdiscover),
     Twin("ufm", start_ufm),
+    Twin("kubernetes", start_kube_twin),
 ]
 
 

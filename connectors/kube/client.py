@@ -1,0 +1,160 @@
+"""A thin layer over the official ``kubernetes`` client: build an ``ApiClient``, list, apply.
+
+Everything returned is the official client's own types (``ApiClient``, ``V1Node``, ``V1Pod``) or
+plain dicts for applied objects, so callers can use the rest of the client directly. Writes go
+through server-side apply with our own field manager, which is what lets the publisher touch only
+the labels and objects it manages (and remove the ones it stopped publishing) without ever
+disturbing labels set by other managers or by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "gpufabric"
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+PAGE_SIZE = 500
+
+
+class KubernetesSourceLike(Protocol):
+    """What we need from ``pipelines.settings.KubernetesSource`` (connectors do not import pipelines)."""
+
+    @property
+    def kubeconfig(self) -> Path | str | None: ...
+
+    @property
+    def context(self) -> str | None: ...
+
+    @property
+    def in_cluster(self) -> bool: ...
+
+    @property
+    def api_url(self) -> str | None: ...
+
+
+def api_client(source: KubernetesSourceLike) -> client.ApiClient:
+    """An ``ApiClient`` for a source: in-cluster, a kubeconfig (+context), a bare URL, or the default.
+
+    ``api_url`` with a kubeconfig overrides the server the kubeconfig names (credentials stay);
+    alone it means an unauthenticated endpoint such as ``kubectl proxy``.
+    """
+    configuration = client.Configuration()
+    if source.in_cluster:
+        config.load_incluster_config(client_configuration=configuration)
+    elif source.kubeconfig is not None or source.context is not None or source.api_url is None:
+        config.load_kube_config(
+            config_file=str(source.kubeconfig) if source.kubeconfig is not None else None,
+            context=source.context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    if source.api_url is not None:
+        configuration.host = str(source.api_url).rstrip("/")
+    return client.ApiClient(configuration)
+
+
+def list_nodes(api: client.ApiClient, label_selector: str | None = None) -> list[client.V1Node]:
+    """Every node matching the selector, following ``continue`` pages."""
+    core = client.CoreV1Api(api)
+    return list(_pages(lambda **kw: core.list_node(label_selector=label_selector or None, **kw)))
+
+
+def list_pods(
+    api: client.ApiClient,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+) -> list[client.V1Pod]:
+    """Pods in one namespace (or all), optionally filtered; follows ``continue`` pages."""
+    core = client.CoreV1Api(api)
+    labels, fields = label_selector or None, field_selector or None
+    if namespace is None:
+        return list(_pages(lambda **kw: core.list_pod_for_all_namespaces(
+            label_selector=labels, field_selector=fields, **kw)))
+    return list(_pages(lambda **kw: core.list_namespaced_pod(
+        namespace, label_selector=labels, field_selector=fields, **kw)))
+
+
+def _pages(fetch: Any) -> Iterator[Any]:
+    token: str | None = None
+    while True:
+        page = fetch(limit=PAGE_SIZE, _continue=token) if token else fetch(limit=PAGE_SIZE)
+        yield from page.items
+        token = page.metadata._continue
+        if not token:
+            return
+
+
+# Kinds we write, and where they live. Extending the table is the whole cost of a new kind.
+RESOURCE_PATHS: dict[tuple[str, str], tuple[str, bool]] = {
+    ("v1", "Node"): ("nodes", False),
+    ("v1", "Pod"): ("pods", True),
+    ("v1", "Namespace"): ("namespaces", False),
+    ("coordination.k8s.io/v1", "Lease"): ("leases", True),
+    ("kueue.x-k8s.io/v1beta2", "Topology"): ("topologies", False),
+    ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"): ("resourceflavors", False),
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): ("clusterqueues", False),
+    ("kueue.x-k8s.io/v1beta2", "Cohort"): ("cohorts", False),
+    ("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass"): ("workloadpriorityclasses", False),
+    ("kueue.x-k8s.io/v1beta2", "LocalQueue"): ("localqueues", True),
+}
+
+
+def object_path(obj: dict[str, Any], subresource: str = "") -> str:
+    """The REST path of an object from its apiVersion, kind, name and namespace."""
+    api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+    if (api_version, kind) not in RESOURCE_PATHS:
+        raise ValueError(f"no REST path known for {api_version}/{kind}; add it to RESOURCE_PATHS")
+    plural, namespaced = RESOURCE_PATHS[(api_version, kind)]
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise ValueError(f"{kind} needs metadata.name")
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    if namespaced:
+        namespace = meta.get("namespace") or "default"
+        base += f"/namespaces/{namespace}"
+    path = f"{base}/{plural}/{name}"
+    return f"{path}/{subresource}" if subresource else path
+
+
+def apply(
+    api: client.ApiClient,
+    obj: dict[str, Any],
+    *,
+    field_manager: str = FIELD_MANAGER,
+    force: bool = False,
+    dry_run: bool = False,
+    subresource: str = "",
+) -> dict[str, Any]:
+    """Server-side apply ``obj`` as ``field_manager``; returns the object the server answered.
+
+    Fields this manager applied before and omits now are removed by the server (unless another
+    manager also owns them). ``force`` takes fields other managers own; leave it off to get a
+    409 ``ApiException`` naming the conflicting manager instead.
+    """
+    query: list[tuple[str, str]] = [("fieldManager", field_manager)]
+    if force:
+        query.append(("force", "true"))
+    if dry_run:
+        query.append(("dryRun", "All"))
+    method, url, headers, body, _ = api.param_serialize(
+        method="PATCH",
+        resource_path=object_path(obj, subresource),
+        query_params=query,
+        header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
+        body=obj,
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(method, url, headers, body)
+    response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException(http_resp=response)
+    result: dict[str, Any] = json.loads(response.data or b"{}")
+    return result
