@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import dbt, dcim, infiniband
+from assets import dbt, dcim, infiniband, lldp
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
 collect_all = dg.define_asset_job(
@@ -24,6 +24,7 @@ inventory_daily = dg.ScheduleDefinition(
 
 defs = dg.Definitions.merge(
     dcim.defs,
+    lldp.defs,
     infiniband.defs,
     dbt.defs,
     dg.Definitions(

@@ -27,6 +27,7 @@ from simulator.dcim import write_dcim_export
 from simulator.generator import GroundTruth, generate
 from simulator.ib.twins import start_ibnetdiscover, start_ufm
 from simulator.kube import start as start_kube_twin
+from simulator.snmp import start as start_snmp_twin
 from simulator.spec import ClusterSpec
 from simulator.twin import Twin, TwinRun
 
@@ -43,6 +44,7 @@ def _dcim_twin(truth: GroundTruth, workdir: Path) -> TwinRun:
 # Every twin of the simulated cluster, started in this order by `sim up`.
 TWINS: list[Twin] = [
     Twin("dcim", _dcim_twin),
+    Twin("snmp", start_snmp_twin),
     Twin("ibnetdiscover", start_ibnetdiscover),
     Twin("ufm", start_ufm),
     Twin("kubernetes", start_kube_twin),

@@ -1,0 +1,15 @@
+"""LLDP discovery over SNMP: the Ethernet half of the physical truth."""
+
+import dagster as dg
+
+from assets.lldp.assets import lldp_job, lldp_neighbor_observations, lldp_schedule
+from pipelines.resources_snmp import SnmpCollectorResource
+
+defs = dg.Definitions(
+    assets=[lldp_neighbor_observations],
+    jobs=[lldp_job],
+    schedules=[lldp_schedule],
+    resources={"snmp_collector": SnmpCollectorResource()},
+)
+
+__all__ = ["defs", "lldp_job", "lldp_neighbor_observations", "lldp_schedule"]

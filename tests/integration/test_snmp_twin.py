@@ -1,0 +1,113 @@
+"""Done-when: over SNMP, every shipped spec's Ethernet adjacencies are reproduced exactly, and
+every fault switch is reported with the status it was built to produce."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from snmp import support
+from snmp.support import SHIPPED_SPECS, SnmpSite, resolve, truth_eth_links
+
+from core.models import DeviceKind, LinkKind
+from core.quality import CollectionStatus
+
+snmp_site = support.snmp_site  # the shared session fixture (one snmpsim per spec)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("spec_name", SHIPPED_SPECS)
+def test_observations_reproduce_every_eth_link(snmp_site: Callable[..., SnmpSite], spec_name: str) -> None:
+    site = snmp_site(spec_name)
+    collections = site.collected()
+    truth = site.truth
+    switches = truth.switches(fabric=LinkKind.ETH)
+    # every real switch answered fully; each fault switch has exactly its own status
+    for name, c in collections.items():
+        expected = site.faults.get(name, "ok")
+        assert str(c.status) == expected, (name, c.status, c.detail)
+    assert len(collections) == len(switches) + len(site.faults)
+
+    resolution = resolve(truth, collections)
+    assert resolution.unresolved == []
+    expected_links = truth_eth_links(truth)
+    assert set(resolution.links) == expected_links  # none missing, none invented
+    for link, seen_by in resolution.links.items():
+        kinds = {truth.device(dev).kind for dev, _ in link}
+        if kinds == {DeviceKind.SWITCH}:
+            assert len(seen_by) == 2, link  # switch-switch links are seen from both sides
+        else:
+            assert len(seen_by) == 1, link  # hosts do not answer SNMP in the twin
+    observations = sum(len(c.neighbors) for c in collections.values() if c.device not in site.faults)
+    switch_links = sum(1 for link in expected_links if {truth.device(d).kind for d, _ in link} == {DeviceKind.SWITCH})
+    assert observations == len(expected_links) + switch_links
+
+
+@pytest.mark.integration
+def test_fault_switches_report_their_failure(snmp_site: Callable[..., SnmpSite]) -> None:
+    site = snmp_site("h100-1su")
+    collections = site.collected()
+    timeout = collections["eth-fault-timeout"]
+    assert timeout.status is CollectionStatus.TIMEOUT
+    assert timeout.detail == "no response in 1 x 1s (SNMPv2c: a wrong community looks the same)"
+    auth = collections["eth-fault-auth"]
+    assert auth.status is CollectionStatus.AUTH_FAILURE
+    assert "Wrong SNMP PDU digest" in (auth.detail or "")
+    assert "not-the-" not in (auth.detail or "")  # the key never appears
+    nolldp = collections["eth-fault-nolldp"]
+    assert nolldp.status is CollectionStatus.NO_DATA
+    assert nolldp.detail == "no LLDP: LLDP-MIB and LLDP-V2-MIB are empty"
+    assert [i.name for i in nolldp.interfaces] == ["Ethernet1", "Ethernet2", "Ethernet3", "Ethernet4"]
+
+    garbage = collections["eth-fault-garbage"]
+    assert garbage.status is CollectionStatus.PARTIAL
+    assert sorted(n.local_port or "" for n in garbage.neighbors) == ["swp1", "swp6"]
+    bad_name = next(n for n in garbage.neighbors if n.local_port == "swp1")
+    assert bad_name.sys_name == "peer\\xff\\xfe"
+    assert bad_name.sys_name_raw == b"peer\xff\xfe"
+    no_desc = next(n for n in garbage.neighbors if n.local_port == "swp6")
+    assert no_desc.sys_desc is None
+    reasons = sorted(q.reason for q in garbage.quarantined)
+    assert reasons == [
+        "ifHighSpeed: expected Gauge32, got OCTET STRING",
+        "incomplete row: missing lldpRemPortId",
+        "lldpRemChassisId: a MAC address is 6 bytes, got 5",
+        "lldpRemChassisIdSubtype: expected INTEGER, got OCTET STRING",
+        "lldpRemPortId: port id subtype 9 is not defined (1..7)",
+        "lldpRemSysDesc: expected OCTET STRING, got INTEGER",
+    ]
+    assert {q.device for q in garbage.quarantined} == {"eth-fault-garbage"}
+
+
+@pytest.mark.integration
+def test_duplicate_sysnames_do_not_merge_switches(snmp_site: Callable[..., SnmpSite]) -> None:
+    site = snmp_site("h100-1su", duplicate_sysnames=1)
+    (defect,) = site.truth.defects
+    keep, take = defect.devices
+    collections = site.collected()
+    names = {c.system.sys_name for c in collections.values() if c.system and c.device not in site.faults}
+    assert len(names) == len(site.truth.switches(fabric=LinkKind.ETH)) - 1  # two switches share a sysName
+    resolution = resolve(site.truth, collections)
+    assert resolution.unresolved == []
+    assert set(resolution.links) == truth_eth_links(site.truth)
+    by_chassis = {c.system.chassis_id: c.device for c in collections.values() if c.system}
+    assert by_chassis[keep] != by_chassis[take]  # identity is the chassis MAC, not the name
+
+
+@pytest.mark.integration
+def test_local_ports_follow_each_platforms_numbering(snmp_site: Callable[..., SnmpSite]) -> None:
+    """Local port numbers are not 1..N and remote indexes not all 1, as on real agents."""
+    site = snmp_site("h100-4su")
+    collections = site.collected()
+    by_platform = {c.system.platform: c for c in collections.values() if c.system and c.device not in site.faults}
+    nxos = by_platform["cisco_nxos_6"]  # detected from sysDescr over the configured cisco_nxos
+    first = min(nxos.neighbors, key=lambda n: n.local_port_num)
+    assert (first.local_port_num, first.local_if_index, first.local_port) == (436207616, 436207616, "Ethernet1/1")
+    sonic = by_platform["sonic"]
+    eth8 = next(n for n in sonic.neighbors if n.local_port == "Ethernet8")
+    assert eth8.local_if_index == 3
+    assert {i.if_descr for i in sonic.interfaces if i.name == "Ethernet8"} == {"etp3"}
+    junos_peer = [n for c in collections.values() for n in c.neighbors if n.remote_platform == "juniper_junos"]
+    assert junos_peer and all(n.port_id.isdigit() and n.remote_port == n.port_desc for n in junos_peer)
+    assert all(n.time_mark > 0 for c in collections.values() for n in c.neighbors)
+    assert any(n.rem_index != 1 for c in collections.values() for n in c.neighbors)
