@@ -621,6 +621,10 @@ class PrometheusSource(_Model):
     """PromQL selecting the series to read; default: every DCGM_FI_*/DCGM_EXP_* and workload gauge."""
     timeout_s: TimeoutS = 30.0
     retries: Retries = 3
+    query: NonEmptyStr | None = None
+    """PromQL selecting the series to read; default: every DCGM_FI_*/DCGM_EXP_* and workload gauge."""
+    timeout_s: TimeoutS = 30.0
+    retries: Retries = 3
 
 
 class DcgmExporterSource(_Model):
@@ -630,11 +634,36 @@ class DcgmExporterSource(_Model):
     urls: Annotated[list[HttpUrl], Field(min_length=1)] | None = None
     targets_file: ConfigPath | None = None
     timeout_s: TimeoutS = 10.0
+    timeout_s: TimeoutS = 10.0
 
     @model_validator(mode="after")
     def _one_way_to_find_targets(self) -> DcgmExporterSource:
         if (self.urls is None) == (self.targets_file is None):
             raise PydanticCustomError("dcgm_exporter", "set exactly one of urls or targets_file")
+        return self
+
+
+class NvlinkSource(_Model):
+    """Where NVLink domains come from: the GFD ``nvidia.com/gpu.clique`` labels of a cluster's
+    nodes (``kubernetes``, naming a ``sources.kubernetes`` entry), or a saved file: ``gfd_labels``
+    (``kubectl get nodes -o json``), ``nvidia_smi`` (the fabric CSV of one ``node``), ``nmx``
+    (NetQ NMX compute-nodes JSON)."""
+
+    name: Name
+    kind: Literal["kubernetes", "gfd_labels", "nvidia_smi", "nmx"]
+    cluster: NonEmptyStr | None = None
+    path: ConfigPath | None = None
+    node: NonEmptyStr | None = None
+
+    @model_validator(mode="after")
+    def _inputs_fit_kind(self) -> NvlinkSource:
+        if self.kind == "kubernetes":
+            if self.cluster is None or self.path is not None:
+                raise PydanticCustomError("nvlink", "kind kubernetes needs cluster (and no path)")
+        elif self.path is None:
+            raise PydanticCustomError("nvlink", "kind {kind} needs path (a saved file)", {"kind": self.kind})
+        if self.kind == "nvidia_smi" and self.node is None:
+            raise PydanticCustomError("nvlink", "kind nvidia_smi needs node: the host the CSV was taken on")
         return self
 
 
@@ -711,6 +740,7 @@ _UNIQUE: tuple[_Unique, ...] = (
     _Unique(("sources", "prometheus"), "name", "name", _name_key("name")),
     _Unique(("sources", "dcgm_exporters"), "name", "name", _name_key("name")),
     _Unique(("sources", "kubernetes"), "name", "name", _name_key("name")),
+    _Unique(("sources", "nvlink"), "name", "name", _name_key("name")),
     _Unique(("tenants",), "id", "tenant id", _name_key("id")),
     _Unique(("rate_cards",), None, "rate card", _rate_card_key),
 )
@@ -791,6 +821,17 @@ class Sources(_Model):
     prometheus: list[PrometheusSource] = []
     dcgm_exporters: list[DcgmExporterSource] = []
     kubernetes: list[KubernetesSource] = []
+    nvlink: list[NvlinkSource] = []
+
+    @model_validator(mode="after")
+    def _nvlink_clusters_exist(self) -> Sources:
+        clusters = {k.name for k in self.kubernetes}
+        for i, item in enumerate(self.nvlink):
+            if item.kind == "kubernetes" and item.cluster not in clusters:
+                known = ", ".join(sorted(clusters)) or "none configured"
+                message = f"nvlink[{i}].cluster {item.cluster!r} is not a sources.kubernetes name ({known})"
+                raise PydanticCustomError("nvlink", message.replace("{", "{{").replace("}", "}}"))
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -850,6 +891,12 @@ class Sources(_Model):
     @classmethod
     def _unique_prometheus(cls, value: list[PrometheusSource]) -> list[PrometheusSource]:
         _refuse_duplicates(("sources", "prometheus"), value)
+        return value
+
+    @field_validator("nvlink")
+    @classmethod
+    def _unique_nvlink(cls, value: list[NvlinkSource]) -> list[NvlinkSource]:
+        _refuse_duplicates(("sources", "nvlink"), value)
         return value
 
     @field_validator("dcgm_exporters")

@@ -19,11 +19,14 @@ from typing import Any
 
 import dagster as dg
 import psycopg
+import urllib3
+from kubernetes.client.exceptions import ApiException
 
 from connectors.ibnetdiscover import IbFabric, IbnetdiscoverError, IbnetdiscoverTimeout, discover, parse_file
 from connectors.nvlink import SOURCE as NVLINK_SOURCE
 from connectors.nvlink import (
     NvlinkDomain,
+    from_node_labels,
     parse_kubectl_nodes,
     parse_nmx_compute_nodes,
     parse_nvidia_smi,
@@ -33,7 +36,7 @@ from connectors.warehouse import land_collection, replace_rows
 from core.infiniband import HcaFilter
 from core.quality import CollectionStatus, Parsed, Quarantined
 from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.settings import FabricManagerSource, SettingsError
+from pipelines.settings import FabricManagerSource, NvlinkSource, Settings, SettingsError
 
 NODE_COLUMNS = (
     "run_id", "source", "collected_at", "guid", "node_type", "port_count", "description", "system_guid",
@@ -214,20 +217,37 @@ def ib_fabric(
 
 
 class NvlinkInput(dg.Config):
-    """One saved input: ``kind`` is gfd_labels (kubectl get nodes -o json), nvidia_smi (csv of one
-    node, ``node`` names it) or nmx (computeNodes JSON)."""
+    """One input given at launch, on top of ``sources.nvlink`` in the site file (same fields)."""
 
     name: str
     kind: str
-    path: str
+    path: str | None = None
     node: str | None = None
+    cluster: str | None = None
 
 
 class NvlinkDomainsConfig(dg.Config):
     inputs: list[NvlinkInput] = []
 
 
-def parse_nvlink_input(item: NvlinkInput) -> Parsed[NvlinkDomain]:
+def read_cluster_labels(settings: Settings, cluster: str) -> dict[str, dict[str, str]]:
+    """Node labels of a configured cluster, read through the Kubernetes API."""
+    from connectors.kube import api_client, list_nodes
+
+    source = next((k for k in settings.sources.kubernetes if k.name == cluster), None)
+    if source is None:
+        raise ValueError(f"cluster {cluster!r} is not a sources.kubernetes name")
+    with api_client(source) as api:
+        return {n.metadata.name: dict(n.metadata.labels or {}) for n in list_nodes(api)}
+
+
+def parse_nvlink_input(item: NvlinkInput | NvlinkSource, settings: Settings | None = None) -> Parsed[NvlinkDomain]:
+    if item.kind == "kubernetes":
+        if settings is None or not item.cluster:
+            raise ValueError("kind kubernetes needs cluster: a sources.kubernetes name")
+        return from_node_labels(read_cluster_labels(settings, item.cluster), item.name)
+    if item.path is None:
+        raise ValueError(f"kind {item.kind} needs path (a saved file)")
     text = Path(item.path).read_text(encoding="utf-8", errors="backslashreplace")
     if item.kind == "gfd_labels":
         return parse_kubectl_nodes(text, item.name)
@@ -237,7 +257,7 @@ def parse_nvlink_input(item: NvlinkInput) -> Parsed[NvlinkDomain]:
         if not item.node:
             raise ValueError("kind nvidia_smi needs node: the host the csv was taken on")
         return parse_nvidia_smi(item.node, text, item.name)
-    raise ValueError(f"unknown NVLink input kind {item.kind!r} (gfd_labels, nvidia_smi, nmx)")
+    raise ValueError(f"unknown NVLink input kind {item.kind!r} (kubernetes, gfd_labels, nvidia_smi, nmx)")
 
 
 def nvlink_rows(run_id: str, source: str, at: datetime, records: list[NvlinkDomain]) -> Iterator[tuple[Any, ...]]:
@@ -252,23 +272,28 @@ def nvlink_rows(run_id: str, source: str, at: datetime, records: list[NvlinkDoma
     description="NVLink domain of every node: GFD clique label, nvidia-smi fabric fields or NMX compute nodes.",
 )
 def nvlink_domains(
-    context: dg.AssetExecutionContext, config: NvlinkDomainsConfig, warehouse: WarehouseResource
+    context: dg.AssetExecutionContext,
+    config: NvlinkDomainsConfig,
+    warehouse: WarehouseResource,
+    site: SiteConfigResource,
 ) -> dg.MaterializeResult:
     run_id = context.run.run_id
+    settings = site.get()
+    inputs: list[NvlinkInput | NvlinkSource] = [*settings.sources.nvlink, *config.inputs]
     statuses: Counter[str] = Counter()
     methods: Counter[str] = Counter()
     landed = held = 0
     with warehouse.get().connect() as conn:
-        for item in config.inputs:
+        for item in inputs:
             started = datetime.now(UTC)
             detail = None
             try:
-                parsed = parse_nvlink_input(item)
+                parsed = parse_nvlink_input(item, settings)
                 status = parsed.status
-            except OSError as exc:
+            except (OSError, ApiException, urllib3.exceptions.HTTPError) as exc:
                 parsed, status, detail = Parsed(), CollectionStatus.UNREACHABLE, f"{type(exc).__name__}: {exc}"
             except ValueError as exc:
-                parsed = Parsed(quarantined=[Quarantined(NVLINK_SOURCE, str(exc), item.path, item.name)])
+                parsed = Parsed(quarantined=[Quarantined(NVLINK_SOURCE, str(exc), str(item.path), item.name)])
                 status, detail = CollectionStatus.INVALID, str(exc)
             n, q = land_collection(
                 conn, run_id=run_id, source=NVLINK_SOURCE, device=item.name, table="raw.nvlink_domains",

@@ -87,7 +87,11 @@ def start(truth: GroundTruth, workdir: Path, *, faults: list[dict[str, Any]] | N
     kubeconfig = write_kubeconfig(workdir / KUBECONFIG_FILE, url, token)
     return TwinRun(
         name="kubernetes",
-        sources={"kubernetes": [{"name": "sim", "kubeconfig": str(kubeconfig)}]},
+        sources={
+            "kubernetes": [{"name": "sim", "kubeconfig": str(kubeconfig)}],
+            # NVLink domains come from the GFD clique labels this twin serves on its nodes.
+            "nvlink": [{"name": "sim-gfd", "kind": "kubernetes", "cluster": "sim"}],
+        },
         pids=[proc.pid],
         summary=f"Kubernetes API {url} ({len(nodes)} nodes)",
         extra={"url": url, "port": port, "kubeconfig": str(kubeconfig)},
