@@ -255,6 +255,8 @@ def _print_outcome(outcome: Any) -> None:
         meta = outcome.metadata.get(key, {})
         table.add_row(key, ", ".join(f"{k}={v}" for k, v in meta.items()))
     out.print(table)
+    if outcome.skipped:
+        out.print(f"partitioned, not run without --partition: {', '.join(outcome.skipped)}")
     if outcome.failed_steps:
         err.print(f"[bold red]failed steps:[/] {', '.join(outcome.failed_steps)} (details: make ui → Runs)")
 
@@ -279,7 +281,10 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
         "\n[bold]where things are[/]\n"
         f"  site config      {result.config_path}\n"
         f"  warehouse        {wh.display_url}   (gpufabric db psql)\n"
-        "  tables           raw.dcim_inventory, staging.stg_dcim_inventory, ops.collection_status, ops.quarantine\n"
+        "  raw tables       raw.dcim_inventory, raw.lldp_neighbor_observations, raw.ib_nodes/ports/links,\n"
+        "                   raw.nvlink_domains, telemetry.dcgm_samples\n"
+        "  derived          staging.stg_dcim_inventory, efficiency.gpu/pod/job_efficiency_hourly\n"
+        "  bad input        ops.collection_status, ops.quarantine\n"
         "  Dagster UI       make ui  →  http://127.0.0.1:3000"
     )
     if not outcome.success:
@@ -287,31 +292,42 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
 
 
 def _print_demo_findings(wh: Any, run_id: str) -> None:
+    """What the run collected, per source: targets by status, rows landed and held back."""
     with wh.connect() as conn:
-        status = conn.execute(
-            "SELECT source, device, status, rows_landed, rows_quarantined FROM ops.collection_status "
-            "WHERE run_id = %s ORDER BY source, device",
+        by_status = conn.execute(
+            "SELECT source, status, count(*), sum(rows_landed), sum(rows_quarantined) "
+            "FROM ops.collection_status WHERE run_id = %s GROUP BY source, status ORDER BY source, status",
             (run_id,),
         ).fetchall()
         current = conn.execute(
             "SELECT count(*), count(DISTINCT rack), sum(gpu_count) FROM staging.stg_dcim_inventory"
         ).fetchone()
         quarantine = conn.execute(
-            "SELECT source, location, reason FROM ops.quarantine WHERE run_id = %s ORDER BY id LIMIT 10", (run_id,)
+            "SELECT source, device, location, reason FROM ops.quarantine WHERE run_id = %s ORDER BY id LIMIT 8",
+            (run_id,),
         ).fetchall()
-    table = Table(title="collection status")
-    for col in ("source", "target", "status", "landed", "quarantined"):
+    sources: dict[str, list[Any]] = {}
+    for source, status, targets, landed, held in by_status:
+        row = sources.setdefault(source, [0, [], 0, 0])
+        row[0] += targets
+        row[1].append(f"{targets} {status}")
+        row[2] += landed
+        row[3] += held
+    table = Table(title="collected (ops.collection_status)")
+    for col in ("source", "targets", "by status", "rows landed", "quarantined"):
         table.add_column(col)
-    for row in status:
-        table.add_row(*(str(v) for v in row))
+    for source, (targets, statuses, landed, held) in sources.items():
+        table.add_row(source, str(targets), ", ".join(statuses), str(landed), str(held))
     out.print(table)
     if current:
         out.print(
             f"current inventory (staging.stg_dcim_inventory): {current[0]} nodes in {current[1]} racks, "
             f"{current[2] or 0} GPUs"
         )
-    for source, location, reason in quarantine:
-        out.print(f"  quarantined ({source} {location or ''}): {reason}")
+    if quarantine:
+        out.print("first quarantined inputs (ops.quarantine):")
+    for source, device, location, reason in quarantine:
+        out.print(f"  {source} {device or ''} {location or ''}: {reason}", highlight=False)
 
 
 @app.command("ui")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import dbt, dcim, infiniband, lldp
+from assets import dbt, dcim, infiniband, lldp, telemetry
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
 collect_all = dg.define_asset_job(
@@ -26,6 +26,7 @@ defs = dg.Definitions.merge(
     dcim.defs,
     lldp.defs,
     infiniband.defs,
+    telemetry.defs,
     dbt.defs,
     dg.Definitions(
         jobs=[collect_all],

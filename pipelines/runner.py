@@ -29,13 +29,17 @@ class RunOutcome:
     success: bool
     materialized: list[str] = field(default_factory=list)
     failed_steps: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # partitioned assets left out of an unpartitioned run
     metadata: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 def resolve_selection(defs: dg.Definitions, select: str | None) -> list[dg.AssetKey]:
+    """Materializable assets matching ``select`` (all of them when empty); external sources
+    (tables written elsewhere that dbt reads) are never part of a run."""
     graph = defs.resolve_asset_graph()
+    materializable = {k for k in graph.get_all_asset_keys() if graph.get(k).is_materializable}
     if not select or select.strip() in ("*", "all"):
-        return sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string())
+        return sorted(materializable, key=lambda k: k.to_user_string())
     try:
         keys = dg.AssetSelection.from_string(select).resolve(graph)
     except Exception as err:  # dagster raises a variety of parse errors
@@ -43,17 +47,33 @@ def resolve_selection(defs: dg.Definitions, select: str | None) -> list[dg.Asset
     if not keys:
         known = ", ".join(sorted(k.to_user_string() for k in graph.get_all_asset_keys()))
         raise SelectionError(f"selection {select!r} matches no asset; known assets: {known}")
-    return sorted(keys, key=lambda k: k.to_user_string())
+    return sorted(set(keys) & materializable, key=lambda k: k.to_user_string())
 
 
-def run_assets(select: str | None = None, console: Console | None = None) -> RunOutcome:
-    """Materialize the selection; returns what happened. Never raises for a failed step."""
+def split_partitioned(defs: dg.Definitions, keys: list[dg.AssetKey]) -> tuple[list[dg.AssetKey], list[dg.AssetKey]]:
+    """(unpartitioned, partitioned) keys: a run has one partition key, so partitioned assets run
+    only when one is given (``--partition``), as a separate run from the rest."""
+    graph = defs.resolve_asset_graph()
+    partitioned = [k for k in keys if graph.get(k).partitions_def is not None]
+    return [k for k in keys if k not in partitioned], partitioned
+
+
+def run_assets(select: str | None = None, console: Console | None = None, partition: str | None = None) -> RunOutcome:
+    """Materialize the selection; returns what happened. Never raises for a failed step.
+
+    Without ``partition`` the partitioned assets of the selection are left out (and listed in
+    ``skipped``); with it, only they run, for that partition.
+    """
     console = console or Console(stderr=True)
     wh = open_warehouse()
     prepare_dagster_env(wh)
     from pipelines.definitions import defs  # after DAGSTER_HOME is set
 
-    keys = resolve_selection(defs, select)
+    plain, partitioned = split_partitioned(defs, resolve_selection(defs, select))
+    keys, skipped = (partitioned, plain) if partition else (plain, partitioned)
+    if not keys:
+        hint = "give --partition KEY" if not partition else "leave out --partition"
+        raise SelectionError(f"nothing to run: the selection is all {'un' if partition else ''}partitioned; {hint}")
     job = defs.resolve_implicit_global_asset_job_def()
     run_id = str(uuid.uuid4())
     with dg.DagsterInstance.get() as instance:
@@ -89,7 +109,7 @@ def run_assets(select: str | None = None, console: Console | None = None) -> Run
             raise box["error"]  # type: ignore[misc]
         result = box["result"]
         assert isinstance(result, dg.ExecuteInProcessResult)
-        outcome = RunOutcome(run_id=run_id, success=result.success)
+        outcome = RunOutcome(run_id=run_id, success=result.success, skipped=[k.to_user_string() for k in skipped])
         for event in result.get_asset_materialization_events():
             mat = event.step_materialization_data.materialization
             key = mat.asset_key.to_user_string()

@@ -621,10 +621,6 @@ class PrometheusSource(_Model):
     """PromQL selecting the series to read; default: every DCGM_FI_*/DCGM_EXP_* and workload gauge."""
     timeout_s: TimeoutS = 30.0
     retries: Retries = 3
-    query: NonEmptyStr | None = None
-    """PromQL selecting the series to read; default: every DCGM_FI_*/DCGM_EXP_* and workload gauge."""
-    timeout_s: TimeoutS = 30.0
-    retries: Retries = 3
 
 
 class DcgmExporterSource(_Model):
@@ -633,7 +629,6 @@ class DcgmExporterSource(_Model):
     name: Name
     urls: Annotated[list[HttpUrl], Field(min_length=1)] | None = None
     targets_file: ConfigPath | None = None
-    timeout_s: TimeoutS = 10.0
     timeout_s: TimeoutS = 10.0
 
     @model_validator(mode="after")

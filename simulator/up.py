@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from simulator.dcgm import start as start_dcgm_twin
 from simulator.dcim import write_dcim_export
 from simulator.generator import GroundTruth, generate
 from simulator.ib.twins import start_ibnetdiscover, start_ufm
@@ -48,6 +49,7 @@ TWINS: list[Twin] = [
     Twin("ibnetdiscover", start_ibnetdiscover),
     Twin("ufm", start_ufm),
     Twin("kubernetes", start_kube_twin),
+    Twin("dcgm", start_dcgm_twin),
 ]
 
 

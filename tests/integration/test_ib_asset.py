@@ -118,18 +118,24 @@ def test_nvlink_domains_asset(tmp_path: Path, warehouse) -> None:  # type: ignor
             {"name": "gone", "kind": "nmx", "path": str(tmp_path / "missing.json")},
         ]
     }
+    # The site file names one more input (a saved NMX response); run config adds the rest.
+    (tmp_path / "gpufabric.yaml").write_text(
+        "version: 1\nsources:\n  nvlink:\n"
+        f"    - {{name: nmx-site, kind: nmx, path: {FIXTURES / 'topograph' / 'computeNodes.json'}}}\n"
+    )
     result = dg.materialize(
         [nvlink_domains],
-        resources={"warehouse": WarehouseResource()},
+        resources={"warehouse": WarehouseResource(), "site": SiteConfigResource(path=str(tmp_path / "gpufabric.yaml"))},
         run_config={"ops": {"raw__nvlink_domains": {"config": cfg}}},
     )
     assert result.success
     meta = result.asset_materializations_for_node("raw__nvlink_domains")[0].metadata
-    assert meta["nodes_landed"].value == 3
-    assert meta["inputs_by_status"].value == {"ok": 2, "unreachable": 1}
+    assert meta["nodes_landed"].value == 5
+    assert meta["inputs_by_status"].value == {"ok": 3, "unreachable": 1}
     with warehouse.connect() as conn:
         rows = conn.execute(
-            "SELECT node, method, domain, gpus FROM raw.nvlink_domains WHERE run_id = %s ORDER BY node",
+            "SELECT node, method, domain, gpus FROM raw.nvlink_domains WHERE run_id = %s AND source <> 'nmx-site' "
+            "ORDER BY node",
             (result.run_id,),
         ).fetchall()
     assert rows == [
@@ -137,4 +143,4 @@ def test_nvlink_domains_asset(tmp_path: Path, warehouse) -> None:  # type: ignor
         ("node1", "nmx", "3fbfc98b-7f95-4749-ab11-bd351a2aab3e", 4),
         ("node2", "nmx", "3fbfc98b-7f95-4749-ab11-bd351a2aab3e", 4),
     ]
-    assert json.dumps(meta["nodes_by_method"].value, sort_keys=True) == '{"hgx_single_node": 1, "nmx": 2}'
+    assert json.dumps(meta["nodes_by_method"].value, sort_keys=True) == '{"hgx_single_node": 1, "nmx": 4}'

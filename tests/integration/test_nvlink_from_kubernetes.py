@@ -43,9 +43,7 @@ def test_domains_from_clique_labels_match_the_ground_truth(spec: str, simulated,
         # (cluster.clique) is its sub-domain.
         assert {r[1] for r in rows} == {"gfd_label"}
         assert _partition({r[0]: r[3] for r in rows}) == _partition({h: d.nvlink_domain for h, d in truth.items()})
-        assert _partition({r[0]: r[2] for r in rows}) == _partition(
-            {h: d.nvlink_sub_domain for h, d in truth.items()}
-        )
+        assert _partition({r[0]: r[2] for r in rows}) == _partition({h: d.nvlink_sub_domain for h, d in truth.items()})
     else:
         # HGX without MNNVL: every node is its own domain.
         assert {r[2] for r in rows} == {f"nvl-{h}" for h in truth}
