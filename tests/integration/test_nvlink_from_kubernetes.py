@@ -29,7 +29,8 @@ def test_domains_from_clique_labels_match_the_ground_truth(spec: str, simulated,
     truth = sim.truth.host_domains
     with warehouse.connect() as conn:
         rows = conn.execute(
-            "SELECT node, method, domain, cluster_uuid FROM raw.nvlink_domains WHERE run_id = %s AND source = 'sim-gfd'",
+            "SELECT node, method, domain, cluster_uuid FROM raw.nvlink_domains "
+            "WHERE run_id = %s AND source = 'sim-gfd'",
             (result.run_id,),
         ).fetchall()
         status = conn.execute(
