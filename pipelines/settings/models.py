@@ -716,46 +716,10 @@ class Sources(_Model):
             switches.append(switch)
         return {**data, "switches": switches}
 
-    @field_validator("dcim")
+    @field_validator("dcim", "switches", "fabric_managers", "prometheus", "nvlink", "dcgm_exporters", "kubernetes")
     @classmethod
-    def _unique_dcim(cls, value: list[DcimSource]) -> list[DcimSource]:
-        _refuse_duplicates(("sources", "dcim"), value)
-        return value
-
-    @field_validator("switches")
-    @classmethod
-    def _unique_switches(cls, value: list[Switch]) -> list[Switch]:
-        _refuse_duplicates(("sources", "switches"), value)
-        return value
-
-    @field_validator("fabric_managers")
-    @classmethod
-    def _unique_fabric_managers(cls, value: list[FabricManagerSource]) -> list[FabricManagerSource]:
-        _refuse_duplicates(("sources", "fabric_managers"), value)
-        return value
-
-    @field_validator("prometheus")
-    @classmethod
-    def _unique_prometheus(cls, value: list[PrometheusSource]) -> list[PrometheusSource]:
-        _refuse_duplicates(("sources", "prometheus"), value)
-        return value
-
-    @field_validator("nvlink")
-    @classmethod
-    def _unique_nvlink(cls, value: list[NvlinkSource]) -> list[NvlinkSource]:
-        _refuse_duplicates(("sources", "nvlink"), value)
-        return value
-
-    @field_validator("dcgm_exporters")
-    @classmethod
-    def _unique_dcgm_exporters(cls, value: list[DcgmExporterSource]) -> list[DcgmExporterSource]:
-        _refuse_duplicates(("sources", "dcgm_exporters"), value)
-        return value
-
-    @field_validator("kubernetes")
-    @classmethod
-    def _unique_kubernetes(cls, value: list[KubernetesSource]) -> list[KubernetesSource]:
-        _refuse_duplicates(("sources", "kubernetes"), value)
+    def _unique_names(cls, value: list[Any], info: ValidationInfo) -> list[Any]:
+        _refuse_duplicates(("sources", str(info.field_name)), value)
         return value
 
 
