@@ -1,0 +1,200 @@
+-- The FinOps cost fact: one line per pod, node and UTC hour, per cost basis, plus one idle line
+-- per node and hour per basis. Shaped after FOCUS 1.x (column names as the spec spells them;
+-- our own columns start with x_). Two bases side by side (x_CostBasis):
+--   allocation  requested GPUs x time (what OpenCost does)
+--   usage       allocation x measured activity (SM active) from the efficiency marts; a pod-hour
+--               without a measurement falls back to its allocation (x_ActivityMeasured = false)
+-- Idle capacity is its own line (x_LineType = 'idle', SubAccountId NULL), never spread onto
+-- tenants, so for every node, hour and basis: sum(ConsumedQuantity) = node GPUs x 1 h.
+--
+-- Exactness: each line is rounded once, half away from zero to 9 decimals, from an exact
+-- numerator/denominator with integer div() (core/finops/money.py round_line is the same rule);
+-- idle = capacity - the rounded tenant lines, so the identity above holds exactly.
+{{ config(materialized='table') }}
+
+with pod_hours as (
+    select * from {{ ref('int_finops_pod_hours') }}
+),
+
+node_hours as (
+    select * from {{ ref('int_finops_node_hours') }}
+),
+
+activity as (
+    select * from {{ ref('int_finops_pod_activity') }}
+),
+
+priced as (
+    select
+        ph.*,
+        nh.gpu_model,
+        rc.usd_per_gpu_hour,
+        rc.list_usd_per_gpu_hour,
+        coalesce(a.measured, false) as measured,
+        a.activity
+    from pod_hours as ph
+    left join node_hours as nh on nh.cluster = ph.cluster and nh.node = ph.node and nh.hour = ph.hour
+    left join lateral (
+        select r.usd_per_gpu_hour, r.list_usd_per_gpu_hour
+        from {{ ref('rate_cards') }} as r
+        where r.gpu_model = nh.gpu_model
+          and r.tier in (ph.tier, '*')
+          and r.effective_from <= (ph.hour at time zone 'UTC')::date
+        order by (r.tier = ph.tier) desc, r.effective_from desc
+        limit 1
+    ) as rc on true
+    left join activity as a on a.namespace = ph.namespace and a.pod = ph.pod and a.hour = ph.hour
+),
+
+bases as (
+    select p.*, 'allocation' as basis, 1::numeric as factor from priced as p
+    union all
+    select p.*, 'usage' as basis, case when p.measured then p.activity else 1 end as factor from priced as p
+),
+
+exact as (
+    select
+        b.*,
+        b.seconds * b.slice_units * b.factor as q_num,
+        b.weight_denominator * 3600::numeric as q_den
+    from bases as b
+),
+
+workload as (
+    select
+        e.*,
+        div(2 * e.q_num * 1000000000 + e.q_den, 2 * e.q_den) * 0.000000001 as quantity,
+        div(2 * e.q_num * e.list_usd_per_gpu_hour * 1000000000 + e.q_den, 2 * e.q_den) * 0.000000001 as list_cost,
+        div(2 * e.q_num * e.usd_per_gpu_hour * 1000000000 + e.q_den, 2 * e.q_den) * 0.000000001 as effective_cost
+    from exact as e
+),
+
+bases_list as (
+    select 'allocation' as basis
+    union all
+    select 'usage'
+),
+
+idle as (
+    select
+        nh.cluster,
+        nh.node,
+        nh.hour,
+        nh.gpu_model,
+        bl.basis,
+        nh.gpu_count::numeric as capacity,
+        nh.gpu_count - coalesce(sum(w.quantity), 0) as quantity
+    from node_hours as nh
+    cross join bases_list as bl
+    left join workload as w on w.cluster = nh.cluster and w.node = nh.node and w.hour = nh.hour and w.basis = bl.basis
+    where nh.gpu_count > 0
+    group by 1, 2, 3, 4, 5, 6
+),
+
+idle_priced as (
+    select
+        i.*,
+        rc.list_usd_per_gpu_hour
+    from idle as i
+    left join lateral (
+        select r.list_usd_per_gpu_hour
+        from {{ ref('rate_cards') }} as r
+        where r.gpu_model = i.gpu_model and r.tier = '*' and r.effective_from <= (i.hour at time zone 'UTC')::date
+        order by r.effective_from desc
+        limit 1
+    ) as rc on true
+)
+
+select
+    w.hour as "ChargePeriodStart",
+    w.hour + interval '1 hour' as "ChargePeriodEnd",
+    'USD'::text as "BillingCurrency",
+    'Usage'::text as "ChargeCategory",
+    ('GPU time of pod ' || w.namespace || '/' || w.pod || ' on ' || w.node)::text as "ChargeDescription",
+    'gpufabric'::text as "ProviderName",
+    'GPU compute'::text as "ServiceName",
+    'Compute'::text as "ServiceCategory",
+    w.uid::text as "ResourceId",
+    (w.namespace || '/' || w.pod)::text as "ResourceName",
+    (case when w.mig_profile is not null then 'Kubernetes Pod (MIG)' else 'Kubernetes Pod (GPU)' end)::text
+        as "ResourceType",
+    w.quantity::numeric(38, 9) as "ConsumedQuantity",
+    'GPU-Hours'::text as "ConsumedUnit",
+    w.quantity::numeric(38, 9) as "PricingQuantity",
+    'GPU-Hours'::text as "PricingUnit",
+    w.list_usd_per_gpu_hour::numeric(12, 4) as "ListUnitPrice",
+    w.list_cost::numeric(38, 9) as "ListCost",
+    w.effective_cost::numeric(38, 9) as "EffectiveCost",
+    w.client::text as "SubAccountId",
+    c.display_name::text as "SubAccountName",
+    jsonb_build_object(
+        'client', w.client, 'task', w.task, 'agent-type', w.agent_type, 'tier', w.tier,
+        'root-id', w.root_id, 'parent-id', w.parent_id, 'depth', w.depth,
+        'cluster', w.cluster, 'namespace', w.namespace
+    ) as "Tags",
+    w.basis::text as "x_CostBasis",
+    'workload'::text as "x_LineType",
+    w.cluster::text as "x_Cluster",
+    w.namespace::text as "x_Namespace",
+    w.node::text as "x_Node",
+    w.gpu_model::text as "x_GpuModel",
+    w.task::text as "x_Task",
+    w.agent_type::text as "x_AgentType",
+    w.tier::text as "x_Tier",
+    w.root_id::text as "x_RootId",
+    w.parent_id::text as "x_ParentId",
+    w.depth::integer as "x_Depth",
+    w.mig_profile::text as "x_MigProfile",
+    w.mig_weight_policy::text as "x_MigWeightPolicy",
+    (w.slice_units::numeric / w.weight_denominator)::numeric(38, 9) as "x_GpuUnits",
+    w.seconds::numeric(38, 6) as "x_Seconds",
+    w.activity::numeric(6, 4) as "x_Efficiency",
+    w.measured::boolean as "x_ActivityMeasured",
+    null::numeric(38, 9) as "x_CapacityGpuHours"
+from workload as w
+left join {{ ref('clients') }} as c on c.client_id = w.client
+
+union all
+
+select
+    i.hour,
+    i.hour + interval '1 hour',
+    'USD',
+    'Usage',
+    'Idle GPU capacity of ' || i.node,
+    'gpufabric',
+    'GPU compute',
+    'Compute',
+    i.cluster || '/' || i.node,
+    i.node,
+    'Idle GPU capacity',
+    i.quantity::numeric(38, 9),
+    'GPU-Hours',
+    i.quantity::numeric(38, 9),
+    'GPU-Hours',
+    i.list_usd_per_gpu_hour::numeric(12, 4),
+    (div(2 * i.quantity * i.list_usd_per_gpu_hour * 1000000000 + 1, 2) * 0.000000001)::numeric(38, 9),
+    (div(2 * i.quantity * i.list_usd_per_gpu_hour * 1000000000 + 1, 2) * 0.000000001)::numeric(38, 9),
+    null,
+    null,
+    jsonb_build_object('cluster', i.cluster, 'node', i.node),
+    i.basis,
+    'idle',
+    i.cluster,
+    null,
+    i.node,
+    i.gpu_model,
+    null,
+    null,
+    null,
+    null,
+    null,
+    null,
+    null,
+    null,
+    null,
+    null,
+    null,
+    null,
+    i.capacity::numeric(38, 9)
+from idle_priced as i

@@ -1,0 +1,95 @@
+"""``gpufabric finops ...``: the FinOps query pack from the terminal.
+
+The integrator mounts :data:`app` as ``finops`` on the main CLI. ``report`` runs the files of
+``sql/queries/`` (the same ones analysts use, as tested) and prints the top lines of each.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+QUERIES = Path(__file__).resolve().parents[1] / "sql" / "queries"
+REPORT = (
+    ("Cost by client and tier, this month", "cost_by_client_tier_this_month.sql"),
+    ("Top agent trees by cost, this month", "top_agent_trees_by_cost.sql"),
+    ("Efficiency vs cost per agent type, this month", "efficiency_vs_cost_by_agent_type.sql"),
+    ("Idle cost by GPU model, this month", "idle_cost_by_gpu_model.sql"),
+    ("Anomalies this week", "anomalies_this_week.sql"),
+)
+
+app = typer.Typer(help="FinOps: GPU cost attribution reports.", no_args_is_help=True)
+out = Console()
+err = Console(stderr=True)
+
+
+@app.callback()
+def finops() -> None:
+    """GPU cost attribution reports."""  # a callback keeps `report` a subcommand
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, Decimal):
+        return f"{value:,.2f}" if abs(value) >= 1 or value == 0 else f"{value:.4f}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
+    return str(value)
+
+
+def run_report(conn: Any, as_of: datetime | None, limit: int) -> list[tuple[str, list[str], list[tuple[Any, ...]]]]:
+    """(title, columns, rows) for each query of the report, at most ``limit`` rows each."""
+    sections = []
+    with conn.transaction():
+        if as_of is not None:
+            conn.execute("SELECT set_config('gpufabric.as_of', %s, true)", (as_of.isoformat(),))
+        for title, name in REPORT:
+            cur = conn.execute((QUERIES / name).read_text())
+            columns = [d.name for d in cur.description or []]
+            sections.append((title, columns, cur.fetchmany(limit)))
+    return sections
+
+
+@app.command("report")
+def report(
+    as_of: Annotated[
+        datetime | None, typer.Option(help="reference time for 'this month/week' (default: now), e.g. 2026-11-08T23:00")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, help="rows per section")] = 10,
+) -> None:
+    """Print the top lines of the FinOps query pack (sql/queries)."""
+    import psycopg
+
+    from connectors.warehouse import WarehouseError, open_warehouse
+
+    if as_of is not None and as_of.tzinfo is None:
+        from datetime import UTC
+
+        as_of = as_of.replace(tzinfo=UTC)
+    try:
+        wh = open_warehouse()
+        with wh.connect() as conn:
+            sections = run_report(conn, as_of, limit)
+    except psycopg.errors.UndefinedTable:
+        err.print("[red]the finops tables are not built yet:[/] run `gpufabric run --select 'group:finops'` "
+                  "and the dbt models (`gpufabric run`)")
+        raise typer.Exit(1) from None
+    except WarehouseError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+    for title, columns, rows in sections:
+        table = Table(title=title, title_justify="left")
+        for c in columns:
+            table.add_column(c, overflow="fold")
+        for row in rows:
+            table.add_row(*(_cell(v) for v in row))
+        if not rows:
+            table.caption = "nothing in this period"
+        out.print(table)
