@@ -1,0 +1,143 @@
+"""The orphan reaper: a reconcile loop that deletes what crashed agent orchestrators left behind.
+
+Handlers are thin: each pass is :func:`connectors.kube.agents.reap_once` (read pods and Leases,
+:mod:`core.orphans` decides, re-verify, guarded delete) and the decisions go to
+``agents.reaper_audit``. The loop is timer-driven because a Lease expiring is the *absence* of an
+event; a pod watch only wakes it early when pods disappear (a deleted parent orphans its children
+now, not at the next tick). A pass that fails (API down, database down) is logged and retried at
+the next tick: nothing was deleted on partial information, since a pass reads everything before
+it acts.
+
+Repeated skips (the same pod invalid for the same reason every second) are audited once per
+reaper process, not once per pass; deletions, failures and deferrals are always written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from connectors.kube.agents import Clock, PassReport, reap_once, utcnow
+from connectors.warehouse import Warehouse, copy_rows
+from core.orphans import AUDIT_COLUMNS, AUDIT_TABLE, Action, Decision, OrphanPolicy, RootState, audit_rows
+
+log = logging.getLogger("gpufabric.reaper")
+
+
+def write_audit(warehouse: Warehouse, decisions: list[Decision], *, pass_id: str, controller: str,
+                dry_run: bool) -> int:
+    """COPY the decisions of one pass into ``agents.reaper_audit`` (one transaction)."""
+    if not decisions:
+        return 0
+    rows = audit_rows(decisions, pass_id=pass_id, controller=controller, dry_run=dry_run)
+    with warehouse.connect() as conn, conn.transaction():
+        return copy_rows(conn, AUDIT_TABLE, AUDIT_COLUMNS, rows)
+
+
+@dataclass
+class Reaper:
+    """The loop. ``clock`` is injectable so tests and the replay judge Leases on one time line."""
+
+    api: client.ApiClient
+    warehouse: Warehouse
+    policy: OrphanPolicy
+    dry_run: bool = True
+    period_s: float = 5.0
+    roots: Callable[[], Mapping[str, RootState]] | None = None
+    clock: Clock = utcnow
+    namespace: str | None = None
+    controller: str = "reaper"
+    passes: int = 0
+    errors: int = 0
+    last_error: str = ""
+    _audited: set[tuple[str, str, str]] = field(default_factory=set)
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run_pass(self) -> PassReport | None:
+        """One pass; None when it could not run (the error is logged and counted)."""
+        try:
+            report = reap_once(self.api, self.policy, roots=self.roots, dry_run=self.dry_run, clock=self.clock,
+                               namespace=self.namespace)
+        except (ApiException, OSError, ValueError) as exc:
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"[:500]
+            log.warning("reaper pass failed, retrying next tick: %s", self.last_error)
+            return None
+        self.passes += 1
+        fresh = [d for d in report.decisions if self._new(d)]
+        try:
+            write_audit(self.warehouse, fresh, pass_id=report.pass_id, controller=self.controller,
+                        dry_run=self.dry_run)
+        except Exception as exc:  # the audit must not stop the loop; the deletions already happened
+            self.errors += 1
+            self.last_error = f"audit write failed: {type(exc).__name__}: {exc}"[:500]
+            log.error("%s", self.last_error)
+            for d in fresh:  # write these again next pass rather than lose them silently
+                self._audited.discard(self._key(d))
+        deleted = report.count(Action.DELETED)
+        if deleted or report.refused:
+            log.info("pass %s: %d deleted, %d would delete, %d deferred, %d failed%s", report.pass_id, deleted,
+                     report.count(Action.WOULD_DELETE), report.count(Action.DEFERRED),
+                     report.count(Action.FAILED), f"; {report.refused}" if report.refused else "")
+        return report
+
+    @staticmethod
+    def _key(d: Decision) -> tuple[str, str, str]:
+        return d.finding.pod.uid, str(d.action), d.reason
+
+    def _new(self, d: Decision) -> bool:
+        if d.action not in (Action.SKIPPED, Action.REFUSED, Action.WOULD_DELETE):
+            return True
+        key = self._key(d)
+        if key in self._audited:
+            return False
+        self._audited.add(key)
+        return True
+
+    def run(self, *, until: Callable[[], bool] | None = None, watch_pods: bool = True) -> None:
+        """Pass every ``period_s`` (or sooner when a pod is deleted) until :meth:`stop` or ``until()``."""
+        watcher = None
+        if watch_pods:
+            watcher = threading.Thread(target=self._watch, name="reaper-watch", daemon=True)
+            watcher.start()
+        try:
+            while not self._stop.is_set() and not (until is not None and until()):
+                started: datetime = self.clock()
+                self.run_pass()
+                elapsed = (self.clock() - started).total_seconds()
+                self._wake.wait(max(0.0, self.period_s - elapsed))
+                self._wake.clear()
+        finally:
+            self._stop.set()
+            if watcher is not None:
+                watcher.join(timeout=3)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _watch(self) -> None:
+        """Wake the loop when a managed pod is deleted; restart the watch on any error (410 included)."""
+        core = client.CoreV1Api(self.api)
+        selector = f"{self.policy.prefix}/agent-id"
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for event in w.stream(core.list_pod_for_all_namespaces, label_selector=selector,
+                                      timeout_seconds=2, _request_timeout=5):
+                    if self._stop.is_set():
+                        break
+                    if event.get("type") == "DELETED":
+                        self._wake.set()
+            except Exception as exc:  # a broken watch only costs latency: the timer still runs
+                log.debug("pod watch restarting: %s", exc)
+                self._stop.wait(0.5)
+            finally:
+                w.stop()
