@@ -21,7 +21,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipelines.cli_finops import app as finops_app
 from pipelines.cli_ib import app as ingest_app
+from pipelines.cli_orphans import app as orphans_app
+from pipelines.cli_topology import app as topology_app
+from pipelines.cli_topology import slurm_app
 
 app = typer.Typer(
     help="gpufabric: GPU fabric topology, Kueue publishing and agent-tree cost attribution.",
@@ -37,6 +41,10 @@ app.add_typer(sim_app, name="sim")
 sim_app.add_typer(spec_app, name="spec")
 app.add_typer(config_app, name="config")
 app.add_typer(ingest_app, name="ingest")
+app.add_typer(topology_app, name="topology")
+app.add_typer(slurm_app, name="slurm")
+app.add_typer(finops_app, name="finops")
+app.add_typer(orphans_app, name="orphans")
 
 out = Console()
 err = Console(stderr=True)
@@ -271,6 +279,7 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     result = _sim_up(spec)
     out.print(f"[bold]1. simulated[/] {result.spec_name}: {result.summary}")
     os.environ["GPUFABRIC_CONFIG"] = str(result.config_path)
+    os.environ.setdefault("GPUFABRIC_FINOPS_WATCH_SECONDS", "2")  # one list and a short watch
     wh = open_warehouse()
     out.print(f"[bold]2. warehouse[/] {wh.display_url}")
     outcome = run_assets(None, console=err)

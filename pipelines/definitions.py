@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import dbt, dcim, infiniband, lldp, telemetry
+from assets import agents, dbt, dcim, finops, infiniband, lldp, telemetry, topology
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
 collect_all = dg.define_asset_job(
@@ -27,6 +27,9 @@ defs = dg.Definitions.merge(
     lldp.defs,
     infiniband.defs,
     telemetry.defs,
+    topology.defs,
+    finops.defs,
+    agents.defs,
     dbt.defs,
     dg.Definitions(
         jobs=[collect_all],
