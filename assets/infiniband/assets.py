@@ -238,7 +238,9 @@ def read_cluster_labels(settings: Settings, cluster: str) -> dict[str, dict[str,
     if source is None:
         raise ValueError(f"cluster {cluster!r} is not a sources.kubernetes name")
     with api_client(source) as api:
-        return {n.metadata.name: dict(n.metadata.labels or {}) for n in list_nodes(api)}
+        return {
+            str(n.metadata.name): dict(n.metadata.labels or {}) for n in list_nodes(api) if n.metadata is not None
+        }
 
 
 def parse_nvlink_input(item: NvlinkInput | NvlinkSource, settings: Settings | None = None) -> Parsed[NvlinkDomain]:
