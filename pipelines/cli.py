@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipelines.cli_budget import app as budget_app
 from pipelines.cli_finops import app as finops_app
 from pipelines.cli_ib import app as ingest_app
 from pipelines.cli_orphans import app as orphans_app
@@ -45,6 +46,7 @@ app.add_typer(topology_app, name="topology")
 app.add_typer(slurm_app, name="slurm")
 app.add_typer(finops_app, name="finops")
 app.add_typer(orphans_app, name="orphans")
+app.add_typer(budget_app, name="budget")
 
 out = Console()
 err = Console(stderr=True)

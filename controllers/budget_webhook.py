@@ -1,0 +1,118 @@
+"""Validating admission webhook for pod CREATE: the tree's budget decides.
+
+Thin: parse the AdmissionReview, :func:`core.budget.parse_pod`, then
+:func:`connectors.warehouse.ledger.admit` (lock the root, :func:`core.budget.decide`, reserve).
+Every answer is an AdmissionReview v1 with the request's uid; malformed input is a denial with a
+reason (HTTP 200, as the API server expects), never a 500 and never an accidental admit.
+
+Failure policy: register with ``failurePolicy: Fail`` and ``timeoutSeconds: 5`` for governed
+namespaces (``namespaceSelector``). The point of the controller is that a runaway tree cannot
+outgrow its envelope; ``Ignore`` would admit everything exactly when the ledger is unreachable,
+which is how the 847-pod incident happened. The cost is that pod creation in governed namespaces
+stops while the webhook or Postgres is down, so run 2+ replicas and exempt kube-system. The
+reconciler is the backstop for anything admitted outside the webhook.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from connectors.warehouse.ledger import ConnectionPool, admit, audit
+from core.budget import BudgetConfig, Decision, Denial, parse_pod
+
+log = logging.getLogger(__name__)
+MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit
+
+
+def _review(uid: str, allowed: bool, message: str, code: int = 200) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        response["status"] = {"code": code, "reason": "Forbidden" if code == 403 else "BadRequest", "message": message}
+    elif message:
+        response["warnings"] = [message[:250]]
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def review_decision(body: Any, config: BudgetConfig, pool: ConnectionPool, now: datetime) -> tuple[str, Decision]:
+    """(uid, decision) for one AdmissionReview body (already JSON-decoded)."""
+    if (
+        not isinstance(body, dict)
+        or body.get("kind") != "AdmissionReview"
+        or body.get("apiVersion") != "admission.k8s.io/v1"
+    ):
+        return "", Decision(
+            False, "malformed AdmissionReview: need apiVersion admission.k8s.io/v1, kind AdmissionReview", "malformed"
+        )
+    req = body.get("request")
+    if not isinstance(req, dict) or not isinstance(req.get("uid"), str) or not req["uid"]:
+        return "", Decision(False, "malformed AdmissionReview: missing request or request.uid", "malformed")
+    uid = req["uid"]
+    kind = req.get("kind") or {}
+    if not isinstance(kind, dict):
+        return uid, Decision(False, "malformed AdmissionReview: request.kind", "malformed")
+    if req.get("operation") != "CREATE" or kind.get("kind") != "Pod" or req.get("subResource"):
+        # Registered for pod CREATE only; anything else reaching us is not ours to judge.
+        return uid, Decision(True, "")
+    namespace = req.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        return uid, Decision(False, "malformed AdmissionReview: pod CREATE without namespace", "malformed")
+    if not config.governs(namespace):
+        return uid, Decision(True, "")
+    parsed = parse_pod(req.get("object"), namespace, config)
+    if isinstance(parsed, Denial):
+        return uid, Decision(False, parsed.reason, "malformed")
+    with pool.connection() as conn:
+        decision = admit(conn, parsed, now, dry_run=bool(req.get("dryRun")))
+        if not decision.allowed and not req.get("dryRun"):
+            audit(
+                conn,
+                at=now,
+                controller="webhook",
+                action="denied",
+                reason=decision.reason,
+                root_id=parsed.root_id,
+                namespace=namespace,
+                pod=parsed.name,
+                limit=decision.limit,
+            )
+    return uid, decision
+
+
+def make_app(
+    config: BudgetConfig, pool: ConnectionPool, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> Starlette:
+    async def validate(request: Request) -> Response:
+        raw = await request.body()
+        if len(raw) > MAX_BODY:
+            return JSONResponse(_review("", False, "AdmissionReview over 3 MiB", 400))
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return JSONResponse(_review("", False, "malformed AdmissionReview: body is not JSON", 400))
+        try:
+            uid, decision = await run_in_threadpool(review_decision, body, config, pool, clock())
+        except Exception:  # a bug or an unreachable ledger: deny (fail closed), never a traceback
+            log.exception("budget admission failed")
+            uid = (
+                body.get("request", {}).get("uid", "")
+                if isinstance(body, dict) and isinstance(body.get("request"), dict)
+                else ""
+            )
+            return JSONResponse(_review(str(uid), False, "budget ledger unavailable: denied (fail closed)", 500))
+        code = 400 if decision.limit == "malformed" else 403
+        return JSONResponse(_review(uid, decision.allowed, decision.reason, code))
+
+    async def healthz(_: Request) -> Response:
+        return Response("ok")
+
+    return Starlette(routes=[Route("/validate", validate, methods=["POST"]), Route("/healthz", healthz)])
