@@ -1,4 +1,5 @@
-"""``python -m controllers reaper``: run the orphan reaper loop (dry-run unless ``--no-dry-run``)."""
+"""``python -m controllers reaper`` (the orphan reaper loop, dry-run unless ``--no-dry-run``) and
+``python -m controllers topology-webhook`` (the Kueue topology admission webhook)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,15 @@ class _Source:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m controllers")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["topology-webhook"]:
+        # The webhook has its own flags (cert, key, port); hand the rest of the line to it.
+        from controllers.topology_webhook import main as webhook_main
+
+        return webhook_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m controllers", epilog="also: python -m controllers topology-webhook --help"
+    )
     sub = parser.add_subparsers(dest="controller", required=True)
     reaper = sub.add_parser("reaper", help="delete pods orphaned by crashed agent orchestrators")
     reaper.add_argument("--kubeconfig", type=Path)

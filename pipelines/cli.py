@@ -25,6 +25,8 @@ from pipelines.cli_budget import app as budget_app
 from pipelines.cli_finops import app as finops_app
 from pipelines.cli_ib import app as ingest_app
 from pipelines.cli_orphans import app as orphans_app
+from pipelines.cli_publish import app as publish_app
+from pipelines.cli_publish import kueue_app
 from pipelines.cli_topology import app as topology_app
 from pipelines.cli_topology import slurm_app
 
@@ -47,6 +49,8 @@ app.add_typer(slurm_app, name="slurm")
 app.add_typer(finops_app, name="finops")
 app.add_typer(orphans_app, name="orphans")
 app.add_typer(budget_app, name="budget")
+app.add_typer(publish_app, name="publish")
+app.add_typer(kueue_app, name="kueue")
 
 out = Console()
 err = Console(stderr=True)

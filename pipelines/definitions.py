@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import agents, dbt, dcim, finops, infiniband, lldp, telemetry, topology
+from assets import agents, dbt, dcim, finops, infiniband, lldp, publish, telemetry, topology
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
 collect_all = dg.define_asset_job(
@@ -28,6 +28,7 @@ defs = dg.Definitions.merge(
     infiniband.defs,
     telemetry.defs,
     topology.defs,
+    publish.defs,
     finops.defs,
     agents.defs,
     dbt.defs,

@@ -1,0 +1,165 @@
+"""One publish, shared by the CLI and the asset: topology version -> desired state -> plan ->
+dry run, GitOps files or apply -> a ``publish.runs`` row. Thin glue over ``core.publish``
+(rendering), ``connectors.kube.publish`` (the cluster) and ``assets.publish.store``."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+from kubernetes import client
+
+from assets.publish.store import applied_run_for, record_run
+from assets.topology.store import load_model
+from connectors.kube import list_nodes
+from connectors.kube.publish import (
+    BlastRadiusExceeded,
+    Plan,
+    PublishError,
+    execute,
+    node_facts,
+    plan,
+    render_diff,
+)
+from core.publish import DesiredState, KueuePolicy, LabelScheme, TenantSpec, desired_state
+from core.topology.model import model_from_json
+
+GITOPS_SUBDIR = "gpufabric"
+
+
+class PublishRefused(Exception):
+    """A publish that cannot or must not go ahead; the message is for the operator."""
+
+
+@dataclass(frozen=True)
+class PublishConfig:
+    scheme: LabelScheme = field(default_factory=LabelScheme)
+    tenants: Sequence[TenantSpec] = ()
+    field_manager: str = "gpufabric"
+    max_fraction: float = 0.2
+    policy: KueuePolicy = field(default_factory=KueuePolicy)
+    cluster: str = "default"
+
+
+@dataclass
+class Outcome:
+    run_id: int
+    topology_version: int
+    mode: str
+    status: str
+    plan: Plan | None
+    diff: list[str]
+    files: list[Path] = field(default_factory=list)
+
+
+def config_from_settings(settings: Any, cluster: str | None = None) -> PublishConfig:
+    """``pipelines.settings.Settings`` -> PublishConfig (duck-typed: assets do not import pipelines)."""
+    tenants = [TenantSpec(t.id, t.name, list(t.tiers), t.cohort, dict(t.gpu_quota) if t.gpu_quota else None)
+               for t in settings.tenants]  # fmt: skip
+    sources = settings.sources.kubernetes
+    return PublishConfig(
+        scheme=LabelScheme(settings.topology_label_scheme, settings.label_prefix),
+        tenants=tenants,
+        field_manager=settings.publish.field_manager,
+        max_fraction=settings.publish.max_node_change_fraction,
+        policy=KueuePolicy(manager=settings.publish.field_manager),
+        cluster=cluster or (sources[0].name if sources else "default"),
+    )
+
+
+def _state_for(conn: psycopg.Connection, api: client.ApiClient, cfg: PublishConfig, version: int | None
+               ) -> tuple[int, DesiredState]:  # fmt: skip
+    doc = load_model(conn, version)
+    if doc is None:
+        raise PublishRefused(
+            f"no topology version {version}" if version is not None
+            else "no topology version yet: derive one first (gpufabric topology show)"
+        )
+    facts = node_facts(list_nodes(api))
+    return int(doc["version"]), desired_state(model_from_json(doc), cfg.scheme, facts, cfg.tenants, cfg.policy)
+
+
+def write_gitops(directory: Path, state: DesiredState) -> list[Path]:
+    """One YAML file per object under ``DIR/gpufabric/`` (a folder we own: files of objects no
+    longer rendered are removed). Node labels and resources are partial Node objects for an
+    SSA-capable GitOps tool."""
+    root = directory / GITOPS_SUBDIR
+    root.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for obj in state.objects:
+        ns = obj["metadata"].get("namespace")
+        docs.append((f"kueue/{obj['kind'].lower()}-{(ns + '-') if ns else ''}{obj['metadata']['name']}.yaml", obj))
+    for node in sorted(state.labels):
+        docs.append((f"nodes/{node}.yaml", {"apiVersion": "v1", "kind": "Node",
+                                            "metadata": {"name": node, "labels": state.labels[node]}}))  # fmt: skip
+        if state.resources.get(node):
+            res = state.resources[node]
+            docs.append((f"nodes-status/{node}.yaml", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                                                       "status": {"capacity": res, "allocatable": res}}))  # fmt: skip
+    for rel, obj in docs:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(obj, sort_keys=False))
+        written.append(path)
+    keep = set(written)
+    for old in root.rglob("*.yaml"):
+        if old not in keep:
+            old.unlink()
+    return written
+
+
+def publish_fabric(
+    conn: psycopg.Connection,
+    api: client.ApiClient,
+    cfg: PublishConfig,
+    *,
+    version: int | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    gitops_dir: Path | None = None,
+    rollback_version: int | None = None,
+) -> Outcome:
+    started = datetime.now(UTC)
+    rollback_of: int | None = None
+    if rollback_version is not None:
+        found = applied_run_for(conn, rollback_version, cfg.cluster)
+        if found is None:
+            raise PublishRefused(f"topology version {rollback_version} was never published to {cfg.cluster}")
+        rollback_of, desired = found
+        topo_version, state = rollback_version, DesiredState.from_json(desired)
+        mode = "rollback"
+    else:
+        topo_version, state = _state_for(conn, api, cfg, version)
+        mode = "apply"
+    if gitops_dir is not None:
+        files = write_gitops(gitops_dir, state)
+        run = record_run(conn, started_at=started, cluster=cfg.cluster, topology_version=topo_version, mode="gitops",
+                         status="written", forced=force, field_manager=cfg.field_manager, state=state, plan=None,
+                         message=f"{len(files)} files in {gitops_dir}")  # fmt: skip
+        return Outcome(run, topo_version, "gitops", "written", None, [f"wrote {len(files)} files"], files)
+    try:
+        p = plan(api, state.labels, state.resources, state.objects, field_manager=cfg.field_manager,
+                 max_fraction=cfg.max_fraction)  # fmt: skip
+    except PublishError as exc:
+        raise PublishRefused(str(exc)) from None
+    diff = render_diff(p)
+    common: dict[str, Any] = {"started_at": started, "cluster": cfg.cluster, "topology_version": topo_version,
+                              "forced": force, "field_manager": cfg.field_manager, "state": state, "plan": p,
+                              "rollback_of": rollback_of}  # fmt: skip
+    if dry_run:
+        run = record_run(conn, mode="dry_run", status="planned", **common)
+        return Outcome(run, topo_version, "dry_run", "planned", p, diff)
+    try:
+        execute(api, p, state.labels, state.resources, field_manager=cfg.field_manager, force=force)
+    except BlastRadiusExceeded as exc:
+        record_run(conn, mode=mode, status="refused", message=str(exc), **common)
+        raise PublishRefused(str(exc)) from None
+    except PublishError as exc:
+        record_run(conn, mode=mode, status="failed", message=str(exc), **common)
+        raise PublishRefused(str(exc)) from None
+    run = record_run(conn, mode=mode, status="applied", **common)
+    return Outcome(run, topo_version, mode, "applied", p, diff)
