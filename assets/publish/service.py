@@ -57,7 +57,8 @@ class Outcome:
 
 def config_from_settings(settings: Any, cluster: str | None = None) -> PublishConfig:
     """``pipelines.settings.Settings`` -> PublishConfig (duck-typed: assets do not import pipelines)."""
-    tenants = [TenantSpec(t.id, t.name, list(t.tiers), t.cohort, dict(t.gpu_quota) if t.gpu_quota else None)
+    tenants = [TenantSpec(t.id, t.name, list(t.tiers), t.cohort, dict(t.gpu_quota) if t.gpu_quota else None,
+                          t.borrowing_fraction, t.lending_fraction)
                for t in settings.tenants]  # fmt: skip
     sources = settings.sources.kubernetes
     return PublishConfig(
@@ -75,7 +76,8 @@ def _state_for(conn: psycopg.Connection, api: client.ApiClient, cfg: PublishConf
     doc = load_model(conn, version)
     if doc is None:
         raise PublishRefused(
-            f"no topology version {version}" if version is not None
+            f"no topology version {version}"
+            if version is not None
             else "no topology version yet: derive one first (gpufabric topology show)"
         )
     facts = node_facts(list_nodes(api))

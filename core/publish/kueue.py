@@ -43,6 +43,9 @@ class TenantSpec:
     tiers: Sequence[str]
     cohort: str | None = None
     gpu_quota: Mapping[str, int] | None = None
+    # Per-tenant overrides of KueuePolicy's fractions of nominal quota (None: the policy's).
+    borrowing_fraction: float | None = None
+    lending_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -143,10 +146,12 @@ def render_kueue(
         for pool, flavor in flavors:
             nominal = _quota_for(t, pool) or 0
             res: dict[str, Any] = {"name": GPU_RESOURCE, "nominalQuota": nominal}
-            if policy.borrowing_fraction is not None and t.gpu_quota:  # no quota: borrow-only, unlimited
-                res["borrowingLimit"] = math.ceil(nominal * policy.borrowing_fraction)
-            if policy.lending_fraction is not None and nominal:
-                res["lendingLimit"] = math.floor(nominal * policy.lending_fraction)
+            borrowing = t.borrowing_fraction if t.borrowing_fraction is not None else policy.borrowing_fraction
+            lending = t.lending_fraction if t.lending_fraction is not None else policy.lending_fraction
+            if borrowing is not None and t.gpu_quota:  # no quota: borrow-only, unlimited
+                res["borrowingLimit"] = math.ceil(nominal * borrowing)
+            if lending is not None and nominal:
+                res["lendingLimit"] = math.floor(nominal * lending)
             flavor_specs.append({"name": flavor["metadata"]["name"], "resources": [res]})
         spec: dict[str, Any] = {"cohortName": dns_name(t.cohort) if t.cohort else root, "namespaceSelector": {}}
         if flavor_specs:

@@ -736,6 +736,9 @@ class Tenant(_Model):
     cohort: DnsSubdomain | None = None
     tiers: Annotated[list[LabelValue], Field(min_length=1)]
     gpu_quota: dict[NonEmptyStr, Annotated[int, Field(ge=0)]] | None = None
+    # Kueue borrowingLimit / lendingLimit as fractions of the nominal quota (default 1.0 and 0.5).
+    borrowing_fraction: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] | None = None
+    lending_fraction: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
 
     @field_validator("tiers")
     @classmethod

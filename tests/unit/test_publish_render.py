@@ -164,3 +164,12 @@ def test_immutable_fields_change_the_name_and_bad_tenants_are_clear_errors() -> 
         render_kueue(LabelScheme(), POOLS, [TenantSpec("x", "X", ["prod"], gpu_quota={"A100": 8})])
     with pytest.raises(RenderError, match="root cohort"):
         render_kueue(LabelScheme(), POOLS, [TenantSpec("x", "X", ["prod"], cohort="gpufabric")])
+
+
+def test_tenant_fractions_override_the_policy_limits() -> None:
+    tenant = TenantSpec("lab", "Lab", ["prod"], gpu_quota={"h100": 100}, borrowing_fraction=0.25, lending_fraction=0.0)
+    objects = render_kueue(LabelScheme(), POOLS, [tenant], KueuePolicy())
+    cq = next(o for o in objects if o["kind"] == "ClusterQueue")
+    (h100,) = [f["resources"][0] for f in cq["spec"]["resourceGroups"][0]["flavors"] if "h100" in f["name"]]
+    # lending 0 of 100: nothing lent, and Kueue keeps a zero lendingLimit only when nominal is non-zero.
+    assert h100 == {"name": "nvidia.com/gpu", "nominalQuota": 100, "borrowingLimit": 25, "lendingLimit": 0}
