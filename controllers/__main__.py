@@ -44,13 +44,21 @@ def main(argv: list[str] | None = None) -> int:
 
     from connectors.kube import api_client
     from connectors.warehouse import open_warehouse
+    from connectors.warehouse.ledger import envelope_root_states
     from controllers.reaper import Reaper
     from core.orphans import OrphanPolicy
 
     api = api_client(_Source(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster))
-    loop = Reaper(api, open_warehouse(), OrphanPolicy(prefix=args.prefix, grace_s=args.grace,
-                                                      max_deletes_per_pass=args.cap),
-                  dry_run=not args.no_dry_run, period_s=args.period, namespace=args.namespace)
+    warehouse = open_warehouse()
+    loop = Reaper(
+        api,
+        warehouse,
+        OrphanPolicy(prefix=args.prefix, grace_s=args.grace, max_deletes_per_pass=args.cap),
+        roots=envelope_root_states(warehouse),  # roots the budget controller stopped
+        dry_run=not args.no_dry_run,
+        period_s=args.period,
+        namespace=args.namespace,
+    )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
     loop.run()

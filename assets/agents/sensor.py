@@ -14,6 +14,7 @@ import dagster as dg
 from connectors.kube import api_client
 from connectors.kube.agents import reap_once
 from connectors.warehouse import copy_rows
+from connectors.warehouse.ledger import envelope_root_states
 from core.orphans import AUDIT_COLUMNS, AUDIT_TABLE, Action, OrphanPolicy, Verdict, audit_rows
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
@@ -29,9 +30,14 @@ class OrphanReaperResource(dg.ConfigurableResource):
     max_orphan_share: float = 0.9
 
     def policy(self, prefix: str) -> OrphanPolicy:
-        return OrphanPolicy(prefix=prefix, grace_s=self.grace_s, startup_grace_s=self.startup_grace_s,
-                            delete_grace_s=self.delete_grace_s, max_deletes_per_pass=self.max_deletes_per_pass,
-                            max_orphan_share=self.max_orphan_share)
+        return OrphanPolicy(
+            prefix=prefix,
+            grace_s=self.grace_s,
+            startup_grace_s=self.startup_grace_s,
+            delete_grace_s=self.delete_grace_s,
+            max_deletes_per_pass=self.max_deletes_per_pass,
+            max_orphan_share=self.max_orphan_share,
+        )
 
 
 def reap_clusters(site: SiteConfigResource, warehouse: WarehouseResource, reaper: OrphanReaperResource) -> str:
@@ -42,7 +48,7 @@ def reap_clusters(site: SiteConfigResource, warehouse: WarehouseResource, reaper
     for source in settings.sources.kubernetes:
         api = api_client(source)
         try:
-            report = reap_once(api, policy, dry_run=reaper.dry_run)
+            report = reap_once(api, policy, roots=envelope_root_states(warehouse.get()), dry_run=reaper.dry_run)
         except Exception as exc:  # one unreachable cluster must not hide the others
             parts.append(f"{source.name}: not read ({type(exc).__name__}), nothing done")
             continue

@@ -10,7 +10,7 @@ inserts the envelope row; a concurrent duplicate root loses on the primary key a
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from core.budget import Decision, Envelope, Node, PodRequest, TreeEnvelope, decide, q
+from core.orphans import RootState
 
 _SELECT_ENVELOPE = (
     "SELECT root_id, namespace, client, tier, gpu_hours, cost_usd, max_live_pods, max_depth, max_fan_out, deadline, "
@@ -232,3 +233,19 @@ class ConnectionPool:
     def close(self) -> None:
         while not self._q.empty():
             self._q.get_nowait().close()
+
+
+def envelope_root_states(warehouse: Any) -> Callable[[], dict[str, RootState]]:
+    """The orphan reaper's ``RootStateSource`` from the budget ledger: roots the budget controller
+    marked over budget, or closed (finished), are treated as such by the reaper, so a stopped
+    tree's stragglers are reaped even when their orchestrator still renews its Lease."""
+    by_state = {"over_budget": RootState.OVER_BUDGET, "closed": RootState.FINISHED}
+
+    def read() -> dict[str, RootState]:
+        with warehouse.connect() as conn:
+            rows = conn.execute(
+                "SELECT root_id, state FROM agents.envelopes WHERE state = ANY(%s)", (list(by_state),)
+            ).fetchall()
+        return {root: by_state[state] for root, state in rows}
+
+    return read
