@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import agents, dbt, dcim, finops, infiniband, lldp, publish, telemetry, topology
+from assets import agents, dbt, dcim, finops, infiniband, lldp, lldp_cli, publish, telemetry, topology
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
 collect_all = dg.define_asset_job(
@@ -25,6 +25,7 @@ inventory_daily = dg.ScheduleDefinition(
 defs = dg.Definitions.merge(
     dcim.defs,
     lldp.defs,
+    lldp_cli.defs,
     infiniband.defs,
     telemetry.defs,
     topology.defs,

@@ -30,6 +30,7 @@ from simulator.ib.twins import start_ibnetdiscover, start_ufm
 from simulator.kube import start as start_kube_twin
 from simulator.snmp import start as start_snmp_twin
 from simulator.spec import ClusterSpec
+from simulator.ssh import start as start_ssh_twin
 from simulator.twin import Twin, TwinRun
 
 
@@ -46,6 +47,7 @@ def _dcim_twin(truth: GroundTruth, workdir: Path) -> TwinRun:
 TWINS: list[Twin] = [
     Twin("dcim", _dcim_twin),
     Twin("snmp", start_snmp_twin),
+    Twin("ssh", start_ssh_twin),
     Twin("ibnetdiscover", start_ibnetdiscover),
     Twin("ufm", start_ufm),
     Twin("kubernetes", start_kube_twin),
@@ -96,11 +98,18 @@ def _state_path(sim_root: Path) -> Path:
 
 
 def site_config(runs: list[TwinRun] | tuple[TwinRun, ...], spec_name: str) -> str:
-    sources: dict[str, list[dict[str, Any]]] = {}
+    """Every twin's sources in one file. Entries of one kind with the same name are one device
+    seen by several twins (the SNMP and SSH twins each describe every switch): merged, so the
+    switch carries both its ``snmp`` and its ``ssh`` settings."""
+    sources: dict[str, dict[str, dict[str, Any]]] = {}
     for run in runs:
         for kind, entries in run.sources.items():
-            sources.setdefault(kind, []).extend(entries)
-    body = yaml.safe_dump({"version": 1, "sources": sources}, sort_keys=False)
+            by_name = sources.setdefault(kind, {})
+            for entry in entries:
+                by_name[entry["name"]] = {**by_name.get(entry["name"], {}), **entry}
+    body = yaml.safe_dump(
+        {"version": 1, "sources": {kind: list(v.values()) for kind, v in sources.items()}}, sort_keys=False
+    )
     return (
         f"# Written by `gpufabric sim up` for the simulated cluster {spec_name}; `gpufabric sim down` stops it.\n{body}"
     )

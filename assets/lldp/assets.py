@@ -222,6 +222,7 @@ def land_device(
             status=c.status,
             started_at=started_at,
             detail=c.detail,
+            key={"collector": SOURCE},  # CLI/lldpctl rows of the same switch and run share the table
         )
 
 

@@ -181,15 +181,18 @@ def land_collection(
     status: CollectionStatus,
     started_at: datetime,
     detail: str | None = None,
+    key: Mapping[str, Any] | None = None,
 ) -> tuple[int, int]:
     """Land one device's collection atomically: its raw rows (replacing any earlier attempt of the
     same run), its quarantined input, and its status row. Every source asset ends here, so a
     retried run never duplicates rows and status always agrees with what landed.
     Returns (rows landed, rows quarantined). ``table`` must have ``run_id`` and ``source`` columns
-    where ``source`` holds ``device``.
+    where ``source`` holds ``device``; ``key`` adds columns to the replaced window, for tables
+    several collectors share (LLDP over SNMP and over SSH land in one table, told apart by
+    ``collector``, and must not replace each other's rows of the same run).
     """
     with conn.transaction():
-        _, landed = replace_rows(conn, table, {"run_id": run_id, "source": device}, columns, rows)
+        _, landed = replace_rows(conn, table, {"run_id": run_id, "source": device, **(key or {})}, columns, rows)
         conn.execute(
             "DELETE FROM ops.quarantine WHERE run_id = %s AND source = %s AND device = %s", (run_id, source, device)
         )

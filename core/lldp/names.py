@@ -83,6 +83,8 @@ def normalise_interface(name: str) -> str:
     if match is None:
         return text
     prefix, rest = match.group("prefix"), match.group("rest")
+    if prefix.lower() == "eth" and "/" not in rest:
+        return text  # Linux eth0 stays eth0; only NX-OS/Onyx Eth1/1 abbreviates Ethernet1/1
     canonical = INTERFACE_PREFIXES.get(prefix.lower())
     if canonical is None:
         return text

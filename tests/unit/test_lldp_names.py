@@ -62,3 +62,9 @@ def test_looks_like_interface() -> None:
     assert looks_like_interface("eno1")
     assert not looks_like_interface("514")
     assert not looks_like_interface("uplink to spine")
+
+
+def test_linux_eth_names_are_not_taken_for_nxos_abbreviations() -> None:
+    # Linux hosts advertise eth0; NX-OS/Onyx abbreviate Ethernet1/1 as Eth1/1. Only the latter expands.
+    assert normalise_interface("eth0") == "eth0"
+    assert normalise_interface("Eth1/1") == "Ethernet1/1"
