@@ -18,6 +18,7 @@ import psycopg
 
 from connectors.snmp import SOURCE, CollectionStats, LldpCollection, SnmpTarget, collect
 from connectors.warehouse import land_collection, replace_rows
+from core.lldp import LldpNeighbor
 from core.quality import CollectionStatus
 from pipelines.resources import SiteConfigResource, WarehouseResource
 from pipelines.resources_snmp import SnmpCollectorResource
@@ -123,38 +124,34 @@ def targets_from(switches: Sequence[Switch]) -> tuple[list[SnmpTarget], list[Lld
     return targets, failed
 
 
+def observation_row(
+    run_id: str,
+    device: str,
+    collected_at: datetime,
+    collector: str,
+    local: tuple[str | None, str | None, str | None],
+    n: LldpNeighbor,
+) -> tuple[Any, ...]:
+    """One row of raw.lldp_neighbor_observations in OBSERVATION_COLUMNS order; shared by every
+    LLDP collector (SNMP here, CLI and lldpctl in assets/lldp_cli). ``local`` is the polled
+    device's own (chassis id, sys name, platform), where the collector knows them."""
+    return (
+        run_id, device, collected_at, collector, n.mib, *local,
+        n.local_port_num, n.rem_index, n.time_mark, n.local_if_index, n.local_port, n.local_port_vendor,
+        n.chassis_id_subtype, n.chassis_id_raw, n.chassis_id, n.port_id_subtype, n.port_id_raw, n.port_id,
+        n.port_desc, n.sys_name, n.sys_name_raw, n.sys_desc, n.remote_port, n.remote_platform, list(n.man_addrs),
+    )  # fmt: skip
+
+
 def observation_rows(run_id: str, collected_at: datetime, c: LldpCollection) -> Iterator[tuple[Any, ...]]:
     system = c.system
+    local = (
+        system.chassis_id if system else None,
+        system.lldp_sys_name or system.sys_name if system else None,
+        system.platform if system else None,
+    )
     for n in c.neighbors:
-        yield (
-            run_id,
-            c.device,
-            collected_at,
-            SOURCE,
-            n.mib,
-            system.chassis_id if system else None,
-            system.lldp_sys_name or system.sys_name if system else None,
-            system.platform if system else None,
-            n.local_port_num,
-            n.rem_index,
-            n.time_mark,
-            n.local_if_index,
-            n.local_port,
-            n.local_port_vendor,
-            n.chassis_id_subtype,
-            n.chassis_id_raw,
-            n.chassis_id,
-            n.port_id_subtype,
-            n.port_id_raw,
-            n.port_id,
-            n.port_desc,
-            n.sys_name,
-            n.sys_name_raw,
-            n.sys_desc,
-            n.remote_port,
-            n.remote_platform,
-            list(n.man_addrs),
-        )
+        yield observation_row(run_id, c.device, collected_at, SOURCE, local, n)
 
 
 def interface_rows(run_id: str, collected_at: datetime, c: LldpCollection) -> Iterator[tuple[Any, ...]]:

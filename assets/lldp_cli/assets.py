@@ -20,7 +20,7 @@ from typing import Any
 import dagster as dg
 import psycopg
 
-from assets.lldp.assets import OBSERVATION_COLUMNS
+from assets.lldp.assets import OBSERVATION_COLUMNS, observation_row
 from connectors.lldpctl import HostFilter, parse_lldpctl
 from connectors.ssh import CliCollection, SshOptions, SshTarget, collect
 from connectors.ssh.collector import status_of
@@ -68,36 +68,9 @@ def targets_from(switches: Sequence[Switch], timeout_s: float = 20.0) -> tuple[l
 def observation_rows(
     run_id: str, collected_at: datetime, device: str, platform: str, collector: str, neighbors: Sequence[LldpNeighbor]
 ) -> Iterator[tuple[Any, ...]]:
+    # CLI output does not give the polled switch's own chassis id or name; the platform is known.
     for n in neighbors:
-        yield (
-            run_id,
-            device,
-            collected_at,
-            collector,
-            n.mib,
-            None,
-            None,
-            platform,
-            n.local_port_num,
-            n.rem_index,
-            n.time_mark,
-            n.local_if_index,
-            n.local_port,
-            n.local_port_vendor,
-            n.chassis_id_subtype,
-            n.chassis_id_raw,
-            n.chassis_id,
-            n.port_id_subtype,
-            n.port_id_raw,
-            n.port_id,
-            n.port_desc,
-            n.sys_name,
-            n.sys_name_raw,
-            n.sys_desc,
-            n.remote_port,
-            n.remote_platform,
-            list(n.man_addrs),
-        )
+        yield observation_row(run_id, device, collected_at, collector, (None, None, platform), n)
 
 
 def land(
