@@ -138,7 +138,7 @@ def sim_up(spec: ClusterSpec, sim_root: Path) -> SimUp:
             workdir.mkdir(parents=True, exist_ok=True)
             runs.append(twin.start(truth, workdir))
     except BaseException:
-        _stop_pids([p for r in runs for p in r.pids])
+        stop_pids([p for r in runs for p in r.pids])
         raise
     text = site_config(runs, spec.name)
     (out_dir / "gpufabric.yaml").write_text(text)
@@ -158,7 +158,9 @@ def sim_up(spec: ClusterSpec, sim_root: Path) -> SimUp:
     return SimUp(spec.name, truth, out_dir, config_path, tuple(runs))
 
 
-def _stop_pids(pids: list[int], grace_s: float = 5.0) -> int:
+def stop_pids(pids: list[int], grace_s: float = 5.0) -> int:
+    """SIGTERM each twin process, wait up to ``grace_s``, then SIGKILL; reaps our own children.
+    Also what tests use to stop a twin they started directly."""
     stopped = 0
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -191,6 +193,6 @@ def sim_down(sim_root: Path) -> int:
         state = json.loads(state_file.read_text())
     except json.JSONDecodeError:
         state = {}
-    stopped = _stop_pids([p for run in state.get("runs", []) for p in run.get("pids", [])])
+    stopped = stop_pids([p for run in state.get("runs", []) for p in run.get("pids", [])])
     state_file.unlink(missing_ok=True)
     return stopped

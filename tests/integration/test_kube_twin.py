@@ -7,8 +7,6 @@ own object names and namespaces so they do not depend on each other's order.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 import uuid
@@ -28,6 +26,7 @@ from simulator.kube import KubeTwinAdmin, start
 from simulator.kube.populate import clique_label
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
+from simulator.up import stop_pids
 
 pytestmark = pytest.mark.integration
 
@@ -82,17 +81,7 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
         yield Twin(truth, kubeconfig, run.extra["url"], admin.token, api, admin)
     finally:
         api.close()
-        os.kill(run.pids[0], signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(run.pids[0], os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(run.pids[0], signal.SIGKILL)
+        stop_pids(run.pids)
 
 
 @pytest.fixture

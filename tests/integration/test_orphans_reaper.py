@@ -6,8 +6,6 @@ One twin serves the module; every test resets it first. Audit rows are told apar
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 import uuid
@@ -29,6 +27,7 @@ from simulator.generator import generate
 from simulator.kube import KubeTwinAdmin, start
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
+from simulator.up import stop_pids
 
 pytestmark = pytest.mark.integration
 P = "gpufabric.io"
@@ -65,17 +64,7 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
         yield Twin(api, KubeTwinAdmin.from_kubeconfig(kubeconfig), kubeconfig)
     finally:
         api.close()
-        os.kill(run.pids[0], signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(run.pids[0], os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(run.pids[0], signal.SIGKILL)
+        stop_pids(run.pids)
 
 
 @pytest.fixture
