@@ -31,37 +31,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bench.loadgen import LoadResult, LoadSpec, open_loop
+from controllers.tls import self_signed_cert
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DATA_DIR = ROOT / ".data" / "bench"
 P = "gpufabric.io"
-
-
-def _cert(workdir: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    c, k = workdir / "tls.crt", workdir / "tls.key"
-    c.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    k.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return c, k
 
 
 def _config() -> Any:
@@ -134,86 +109,55 @@ def _review(root: str, agent: str | None) -> bytes:
     ).encode()
 
 
-def _load(url: str, cert: Path, bodies: list[bytes], rate: float, workers: int = 32) -> list[float]:
-    """Open loop: request i is due at ``start + i / rate``; its latency is measured from when it
-    was due (not when a worker got to it), so client-side queueing behind a slow server counts
-    against the server instead of being hidden (no coordinated omission). Sync clients in threads:
-    httpx's async pool costs more client CPU per request than the server under test."""
-    import threading
-
-    import httpx
-
-    ctx = ssl.create_default_context(cafile=str(cert))
-    latencies: list[float] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-    warm = bodies[:workers]
-    timed = bodies[workers:]
-    start = 0.0
-    ready = threading.Barrier(workers + 1)
-
-    def worker(k: int) -> None:
-        with httpx.Client(verify=ctx, timeout=30) as client:
-            client.post(url, content=warm[k], headers={"content-type": "application/json"})
-            ready.wait()
-            for i in range(k, len(timed), workers):
-                due = start + i / rate
-                delay = due - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                r = client.post(url, content=timed[i], headers={"content-type": "application/json"})
-                took = time.perf_counter() - due
-                ok = r.status_code == 200 and r.json()["response"]["allowed"]
-                with lock:
-                    latencies.append(took)
-                    if not ok:
-                        errors.append(f"{r.status_code} {r.text[:300]}")
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(workers)]
-    for t in threads:
-        t.start()
-    start = time.perf_counter() + 0.2
-    ready.wait()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} requests not admitted, first: {errors[0]}")
-    return latencies
-
-
-def _run(kind: str, url_db: str, workdir: Path, bodies: list[bytes], rate: float) -> list[float]:
-    cert, key = _cert(workdir)
+def _run(kind: str, url_db: str, workdir: Path, bodies: list[bytes], rate: float, workers: int) -> LoadResult:
+    cert, key = self_signed_cert(workdir)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     port = sock.getsockname()[1]
     ctx = multiprocessing.get_context("fork")
-    proc = ctx.Process(target=_serve, args=(kind, sock.fileno(), str(cert), str(key), url_db), daemon=True)
-    proc.start()
+    # Several worker processes accept on one listening socket, as uvicorn --workers does.
+    procs = [
+        ctx.Process(target=_serve, args=(kind, sock.fileno(), str(cert), str(key), url_db), daemon=True)
+        for _ in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
     try:
-        import httpx
-
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(
-                    f"https://localhost:{port}/validate", verify=ssl.create_default_context(cafile=str(cert)), timeout=1
-                )
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        return _load(f"https://localhost:{port}/validate", cert, bodies, rate)
+        _wait_ready(port, cert)
+        spec = LoadSpec("127.0.0.1", port, "/validate", str(cert), rate, bodies, expect=b'"allowed":true')
+        before = sum(_cpu_s(p.pid) for p in procs if p.pid)
+        result = open_loop(spec)
+        result.server_cpu_s = sum(_cpu_s(p.pid) for p in procs if p.pid) - before
+        return result
     finally:
-        proc.terminate()
-        proc.join(10)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join(10)
         sock.close()
 
 
-def _pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))] * 1000
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_ready(port: int, cert: Path) -> None:
+    ctx = ssl.create_default_context(cafile=str(cert))
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                    tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    tls.recv(100)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def main(argv: list[str]) -> int:
@@ -221,6 +165,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rate", type=float, default=500.0, help="requests per second (open loop)")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--trees", type=int, default=50, help="roots the requests spread over")
+    ap.add_argument("--workers", type=int, default=2, help="server worker processes (as uvicorn --workers)")
     ap.add_argument("--quick", action="store_true", help="3 seconds")
     args = ap.parse_args(argv)
     os.environ.setdefault("GPUFABRIC_DATA_DIR", str(BENCH_DATA_DIR))
@@ -230,7 +175,7 @@ def main(argv: list[str]) -> int:
     from core.budget import PodRequest, parse_pod
 
     seconds = 3.0 if args.quick else args.seconds
-    n = int(args.rate * seconds) + 32  # 32 warm-up requests, one per client thread
+    n = int(args.rate * seconds) + 32  # 32 warm-up requests, one per client connection
     wh = open_warehouse()
     run = uuid.uuid4().hex[:8]
     roots = [f"bench-{run}-{t}" for t in range(args.trees)]
@@ -244,25 +189,35 @@ def main(argv: list[str]) -> int:
     bodies = [_review(roots[i % len(roots)], f"{roots[i % len(roots)]}-c{i}") for i in range(n)]
     BENCH_DATA_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="budget-webhook-", dir=BENCH_DATA_DIR) as tmp:
-        peer = _run("noop", wh.libpq_url, Path(tmp), bodies, args.rate)
-        ours = _run("budget", wh.libpq_url, Path(tmp), bodies, args.rate)
+        peer = _run("noop", wh.libpq_url, Path(tmp), bodies, args.rate, args.workers)
+        ours = _run("budget", wh.libpq_url, Path(tmp), bodies, args.rate, args.workers)
     with psycopg.connect(wh.libpq_url, autocommit=True) as conn:
         got = conn.execute("SELECT count(*) FROM agents.ledger WHERE root_id LIKE %s", (f"bench-{run}-%",)).fetchone()
         conn.execute("DELETE FROM agents.envelopes WHERE root_id LIKE %s", (f"bench-{run}-%",))
     if got is None or got[0] != n + len(roots):
         print(f"ledger holds {got} reservations, expected {n + len(roots)}", file=sys.stderr)
         return 1
-    rows = {"noop webhook (peer)": peer, "budget webhook": ours}
-    print(f"budget webhook: {args.rate:.0f} req/s open loop for {seconds:.0f} s, {args.trees} trees, HTTPS loopback")
-    for name, lat in rows.items():
-        print(
-            f"  {name:22s} n={len(lat):5d} p50={_pct(lat, 50):7.2f} ms  p99={_pct(lat, 99):7.2f} ms  "
-            f"mean={statistics.mean(lat) * 1000:7.2f} ms"
-        )
-    ratio = _pct(ours, 99) / _pct(peer, 99)
+    for result in (peer, ours):
+        if result.errors:
+            print(f"{len(result.errors)} requests failed or were denied, first: {result.errors[0]}", file=sys.stderr)
+            return 1
     print(
-        f"  ratio p99 budget/noop = {ratio:.2f}x   p50 ratio = {_pct(ours, 50) / _pct(peer, 50):.2f}x   "
-        f"target p99 < 25 ms: {'met' if _pct(ours, 99) < 25 else 'MISSED'}"
+        f"budget webhook: {args.rate:.0f} req/s open loop for {seconds:.0f} s, {args.trees} trees, "
+        f"{args.workers} server worker(s), HTTPS loopback"
+    )
+    for name, result in {"noop webhook (peer)": peer, "budget webhook": ours}.items():
+        lat = result.latencies_s
+        print(
+            f"  {name:22s} n={len(lat):5d} p50={result.pct_ms(50):7.2f} ms  p99={result.pct_ms(99):7.2f} ms  "
+            f"mean={statistics.mean(lat) * 1000:7.2f} ms  connections={result.connections}  "
+            f"CPU/request: server {result.server_cpu_s / len(lat) * 1e3:.2f} ms, "
+            f"client {result.client_cpu_s / len(lat) * 1e3:.2f} ms"
+        )
+    p99 = ours.pct_ms(99)
+    print(
+        f"  ratio p99 budget/noop = {p99 / peer.pct_ms(99):.2f}x   "
+        f"p50 ratio = {ours.pct_ms(50) / peer.pct_ms(50):.2f}x   "
+        f"target p99 < 25 ms: {'met' if p99 < 25 else 'MISSED'}"
     )
     return 0
 

@@ -12,18 +12,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import ssl
 import tempfile
-import threading
-import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from controllers.topology_webhook import IndexHolder, Server, self_signed_cert
+from bench.loadgen import LoadResult, LoadSpec, open_loop
+from controllers.tls import self_signed_cert
+from controllers.topology_webhook import IndexHolder, Server
 from core.publish import LabelScheme, node_labels
 from core.publish.admission import TopologyIndex
 from core.topology import derive
@@ -50,43 +46,13 @@ def _body(i: int) -> bytes:
                        "request": {"uid": str(uuid.uuid4()), "operation": "CREATE", "object": job}}).encode()
 
 
-def _run(base: str, ctx: ssl.SSLContext, path: str, rate: float, seconds: float) -> list[float]:
-    n = int(rate * seconds)
-    bodies = [_body(i) for i in range(n)]
-    local = threading.local()
-    latencies: list[float] = [0.0] * n
-
-    def client() -> httpx.Client:
-        if not hasattr(local, "c"):
-            local.c = httpx.Client(base_url=base, verify=ctx, timeout=10)
-        c: httpx.Client = local.c
-        return c
-
-    def send(i: int, due: float) -> None:
-        r = client().post(path, content=bodies[i], headers={"Content-Type": "application/json"})
-        r.raise_for_status()
-        latencies[i] = time.perf_counter() - due
-
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        # warm every worker's connection (TLS handshake) so the timed window measures requests
-        warm = [pool.submit(send, i % n, time.perf_counter()) for i in range(64)]
-        for f in warm:
-            f.result()
-        start = time.perf_counter() + 0.05
-        futures = []
-        for i in range(n):
-            due = start + i / rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            futures.append(pool.submit(send, i, due))
-        for f in futures:
-            f.result()
-    return sorted(latencies)
-
-
-def _pct(values: list[float], p: float) -> float:
-    return values[min(len(values) - 1, int(p * len(values)))] * 1000
+def _run(port: int, cafile: str, path: str, rate: float, seconds: float) -> LoadResult:
+    warm = 16
+    bodies = [_body(i) for i in range(int(rate * seconds) + warm)]
+    result = open_loop(LoadSpec("127.0.0.1", port, path, cafile, rate, bodies, warm=warm, expect=b'"allowed"'))
+    if result.errors:
+        raise RuntimeError(f"{len(result.errors)} requests failed, first: {result.errors[0]}")
+    return result
 
 
 def main(argv: list[str]) -> int:
@@ -98,8 +64,6 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp())
     cert, key = self_signed_cert(tmp)
     server = Server(IndexHolder(_index()), cert, key).start()
-    ctx = ssl.create_default_context(cafile=str(cert))
-    base = f"https://127.0.0.1:{server.port}"
     try:
         results: dict[str, Any] = {}
         # Settle first: the 16-SU derivation leaves garbage that the first timed route would
@@ -107,11 +71,11 @@ def main(argv: list[str]) -> int:
         gc.collect()
         gc.freeze()
         for path in ("/allow", "/validate"):
-            _run(base, ctx, path, args.rate, 1.0)
+            _run(server.port, str(cert), path, args.rate, 1.0)
         for name, path in (("allow (peer)", "/allow"), ("topology", "/validate")):
-            lat = _run(base, ctx, path, args.rate, seconds)
-            results[name] = (_pct(lat, 0.5), _pct(lat, 0.99), len(lat))
-            print(f"{name:>13}: {len(lat)} requests at {args.rate:.0f}/s  p50 {results[name][0]:.2f} ms  "
+            lat = _run(server.port, str(cert), path, args.rate, seconds)
+            results[name] = (lat.pct_ms(50), lat.pct_ms(99), len(lat.latencies_s))
+            print(f"{name:>13}: {len(lat.latencies_s)} requests at {args.rate:.0f}/s  p50 {results[name][0]:.2f} ms  "
                   f"p99 {results[name][1]:.2f} ms")  # fmt: skip
     finally:
         server.stop()

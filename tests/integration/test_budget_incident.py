@@ -105,7 +105,7 @@ def test_with_controller_live_pods_gpu_hours_and_cost_stay_inside(
     )
     pool = ConnectionPool(warehouse.libpq_url, size=2)
     clock = [START]
-    server, thread, url, cert = serve_https(make_app(config, pool, clock=lambda: clock[0]), tmp_path)
+    serving, url, cert = serve_https(make_app(config, pool, clock=lambda: clock[0]), tmp_path)
     http = httpx.Client(verify=ssl.create_default_context(cafile=str(cert)), timeout=30)
 
     def admit(body: dict[str, Any], now: datetime) -> tuple[bool, str]:
@@ -131,8 +131,7 @@ def test_with_controller_live_pods_gpu_hours_and_cost_stay_inside(
             tree, nodes = read_tree(conn, root)
     finally:
         http.close()
-        server.should_exit = True
-        thread.join(10)
+        serving.stop()
         pool.close()
     per_minute = [(m.minute, m.live_pods, m.observed_live, m.gpu_hours, m.cost_usd) for m in r.minutes]
     for minute, live_pods, observed, hours, cost in per_minute:

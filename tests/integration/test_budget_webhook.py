@@ -22,40 +22,15 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from connectors.warehouse.ledger import ConnectionPool, read_tree, settle
 from controllers.budget_webhook import make_app
+from controllers.tls import self_signed_cert
 from core.budget import BudgetConfig, Envelope, Unlabeled
 
 pytestmark = pytest.mark.integration
 P = "gpufabric.io"
 NOW = dt.datetime(2026, 12, 31, 12, 0, tzinfo=dt.UTC)
-
-
-def self_signed(workdir: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "budget-webhook")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(dt.datetime.now(dt.UTC) - dt.timedelta(days=1))
-        .not_valid_after(dt.datetime.now(dt.UTC) + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = workdir / "tls.crt", workdir / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
 
 
 @dataclass
@@ -69,21 +44,40 @@ class Served:
         return httpx.Client(verify=ssl.create_default_context(cafile=str(self.cert)), timeout=30)
 
 
-def serve_https(app: Any, workdir: Path) -> tuple[uvicorn.Server, threading.Thread, str, Path]:
-    cert, key = self_signed(workdir)
+@dataclass
+class Serving:
+    """``workers`` uvicorn servers, each on its own thread and event loop, accepting on one
+    socket: as ``--workers`` processes do in production, admissions really race in Postgres."""
+
+    servers: list[uvicorn.Server]
+    threads: list[threading.Thread]
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.should_exit = True
+        for thread in self.threads:
+            thread.join(10)
+
+
+def serve_https(app: Any, workdir: Path, workers: int = 1) -> tuple[Serving, str, Path]:
+    cert, key = self_signed_cert(workdir)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, ssl_certfile=str(cert), ssl_keyfile=str(key), log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    servers = [
+        uvicorn.Server(
+            uvicorn.Config(app, ssl_certfile=str(cert), ssl_keyfile=str(key), log_level="warning", lifespan="off")
+        )
+        for _ in range(workers)
+    ]
+    threads = [threading.Thread(target=s.run, kwargs={"sockets": [sock]}, daemon=True) for s in servers]
+    for thread in threads:
+        thread.start()
     deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
+    while not all(s.started for s in servers) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert server.started
-    return server, thread, f"https://localhost:{port}/validate", cert
+    assert all(s.started for s in servers)
+    return Serving(servers, threads), f"https://localhost:{port}/validate", cert
 
 
 CONFIG = BudgetConfig(
@@ -102,10 +96,9 @@ def served(warehouse: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     pool = ConnectionPool(warehouse.libpq_url, size=16)
     clock = [NOW]
     app = make_app(CONFIG, pool, clock=lambda: clock[0])
-    server, thread, url, cert = serve_https(app, tmp_path_factory.mktemp("budget-tls"))
+    serving, url, cert = serve_https(app, tmp_path_factory.mktemp("budget-tls"), workers=4)
     yield Served(url, cert, pool, clock)
-    server.should_exit = True
-    thread.join(10)
+    serving.stop()
     pool.close()
 
 
@@ -355,7 +348,7 @@ def test_unlabeled_pods_defaulted_when_configured(warehouse: Any, tmp_path: Path
     config = BudgetConfig(
         defaults=CONFIG.defaults, rates_usd_per_gpu_hour=CONFIG.rates_usd_per_gpu_hour, unlabeled=Unlabeled.DEFAULT
     )
-    server, thread, url, cert = serve_https(make_app(config, pool, clock=lambda: NOW), tmp_path)
+    serving, url, cert = serve_https(make_app(config, pool, clock=lambda: NOW), tmp_path)
     try:
         name = f"plain-{uuid.uuid4().hex[:8]}"
         with httpx.Client(verify=ssl.create_default_context(cafile=str(cert))) as c:
@@ -369,6 +362,5 @@ def test_unlabeled_pods_defaulted_when_configured(warehouse: Any, tmp_path: Path
             tree, nodes = read_tree(conn, name)
         assert tree is not None and tree.client == "team-a" and [n.agent_id for n in nodes] == [name]
     finally:
-        server.should_exit = True
-        thread.join(10)
+        serving.stop()
         pool.close()

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from controllers.topology_webhook import IndexHolder, Server, self_signed_cert
+from controllers.tls import self_signed_cert
+from controllers.topology_webhook import IndexHolder, Server
 from core.publish import LabelScheme, node_labels
 from core.publish.admission import TopologyIndex
 from core.topology import derive
