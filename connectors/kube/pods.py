@@ -168,38 +168,31 @@ class PodList:
     resource_version: str
 
 
-def list_pods_raw(api: client.ApiClient) -> PodList:
-    """Every pod in every namespace as JSON dicts, following ``continue`` pages, with the list's
-    resourceVersion (where a watch picks up)."""
-    core = client.CoreV1Api(api)
-    pods: list[dict[str, Any]] = []
+def _list_raw(list_call: Any) -> tuple[list[dict[str, Any]], str]:
+    """Every item of a list call as JSON dicts, following ``continue`` pages, with the list's
+    resourceVersion (where a watch picks up). Raw (``_preload_content=False``): the client's model
+    objects cost more than the whole poll."""
+    items: list[dict[str, Any]] = []
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {"limit": PAGE_SIZE, "_preload_content": False}
         if token:
             kwargs["_continue"] = token
-        response: Any = core.list_pod_for_all_namespaces(**kwargs)  # raw: urllib3 response
+        response: Any = list_call(**kwargs)  # raw: urllib3 response
         body = json.loads(response.data)
-        pods.extend(body.get("items") or [])
+        items.extend(body.get("items") or [])
         token = (body.get("metadata") or {}).get("continue")
         if not token:
-            return PodList(pods, str((body.get("metadata") or {}).get("resourceVersion") or ""))
+            return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def list_pods_raw(api: client.ApiClient) -> PodList:
+    """Every pod in every namespace, with the list's resourceVersion."""
+    return PodList(*_list_raw(client.CoreV1Api(api).list_pod_for_all_namespaces))
 
 
 def list_nodes_raw(api: client.ApiClient) -> list[dict[str, Any]]:
-    core = client.CoreV1Api(api)
-    nodes: list[dict[str, Any]] = []
-    token: str | None = None
-    while True:
-        kwargs: dict[str, Any] = {"limit": PAGE_SIZE, "_preload_content": False}
-        if token:
-            kwargs["_continue"] = token
-        response: Any = core.list_node(**kwargs)  # raw: urllib3 response
-        body = json.loads(response.data)
-        nodes.extend(body.get("items") or [])
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return nodes
+    return _list_raw(client.CoreV1Api(api).list_node)[0]
 
 
 @dataclass
