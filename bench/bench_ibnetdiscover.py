@@ -16,14 +16,13 @@ got faster by dropping lines fails loudly.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from bench.common import best_of, spec_arguments
 from connectors.ibnetdiscover import iter_records, parse_file, read_lines
 from core.models import LinkKind
 from simulator.generator import generate
@@ -51,23 +50,8 @@ def _records(path: Path) -> int:
     return sum(1 for _ in path.open("rb"))
 
 
-def _best(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bench_ibnetdiscover", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="h100-4su instead of b200-16su, one run")
-    parser.add_argument("--spec", default=None, help="spec name (default b200-16su)")
-    parser.add_argument("--runs", type=int, default=None)
-    args = parser.parse_args(list(argv))
-    spec_name = args.spec or ("h100-4su" if args.quick else "b200-16su")
-    runs = args.runs or (1 if args.quick else 3)
+    spec_name, runs = spec_arguments("bench_ibnetdiscover", __doc__.splitlines()[0], argv)
     truth = generate(load_spec(resolve_spec_path(spec_name)))
     with tempfile.TemporaryDirectory() as tmp:
         path = write_ibnetdiscover(truth, Path(tmp) / "ibnetdiscover.out")
@@ -82,9 +66,9 @@ def main(argv: Sequence[str]) -> int:
             print(f"  FAILED: parse disagrees with ground truth ({len(got)} vs {len(want)} links, "
                   f"{len(fabric.quarantined)} quarantined)", file=sys.stderr)  # fmt: skip
             return 1
-        t_full = _best(lambda: parse_file(path), runs)
-        t_records = _best(lambda: _records(path), runs)
-        t_floor = _best(lambda: _floor(path), runs)
+        t_full = best_of(lambda: parse_file(path), runs)
+        t_records = best_of(lambda: _records(path), runs)
+        t_floor = best_of(lambda: _floor(path), runs)
     full, recs, floor = lines / t_full, lines / t_records, lines / t_floor
     print(f"ibnetdiscover parse: {spec_name}, {lines:,} lines, {size_mb:.1f} MB, {len(fabric.nodes):,} nodes, "
           f"{len(fabric.links):,} links (best of {runs})")  # fmt: skip

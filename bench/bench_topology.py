@@ -19,29 +19,19 @@ under 10 s for (a) on b200-16su.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import networkx as nx
 
+from bench.common import best_of, spec_arguments
 from core.topology import Observations, derive
 from simulator.generator import generate
 from simulator.ib.ibnetdiscover import render_lines
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
-
-
-def _best(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def _peer(obs: Observations) -> int:
@@ -56,13 +46,7 @@ def _peer(obs: Observations) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bench_topology", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="h100-4su instead of b200-16su, one run")
-    parser.add_argument("--spec", default=None, help="spec name (default b200-16su)")
-    parser.add_argument("--runs", type=int, default=None)
-    args = parser.parse_args(list(argv))
-    spec_name = args.spec or ("h100-4su" if args.quick else "b200-16su")
-    runs = args.runs or (1 if args.quick else 3)
+    spec_name, runs = spec_arguments("bench_topology", __doc__.splitlines()[0], argv)
 
     # The test helpers build observations through the real parsers and row adapters.
     from tests.unit.test_topology_support import assert_model_matches_truth, ib_rows, observe
@@ -76,9 +60,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"  FAILED: derived model disagrees with ground truth: {exc}", file=sys.stderr)
         return 1
     lines = list(render_lines(truth))
-    t_parse = _best(lambda: ib_rows(lines), runs)
-    t_derive = _best(lambda: derive(obs), runs)
-    t_peer = _best(lambda: _peer(obs), runs)
+    t_parse = best_of(lambda: ib_rows(lines), runs)
+    t_derive = best_of(lambda: derive(obs), runs)
+    t_peer = best_of(lambda: _peer(obs), runs)
     switches = sum(1 for n in obs.ib_nodes if n.node_type == "switch")
     print(f"topology derivation: {spec_name}, {len(truth.spec.host_names)} hosts, {switches} IB switches, "
           f"{len(obs.ib_nodes):,} IB nodes, {len(obs.ib_links):,} IB links (best of {runs})")  # fmt: skip
