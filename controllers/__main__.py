@@ -1,4 +1,6 @@
-"""``python -m controllers reaper`` (the orphan reaper loop, dry-run unless ``--no-dry-run``) and
+"""``python -m controllers reaper`` (the orphan reaper loop, dry-run unless ``--no-dry-run``),
+``python -m controllers budget-reconciler`` (the budget enforcement loop, dry-run unless
+``--no-dry-run``, its config from the site file's ``budget:`` section) and
 ``python -m controllers topology-webhook`` (the Kueue topology admission webhook)."""
 
 from __future__ import annotations
@@ -39,8 +41,28 @@ def main(argv: list[str] | None = None) -> int:
     reaper.add_argument("--cap", type=int, default=200)
     reaper.add_argument("--prefix", default="gpufabric.io")
     reaper.add_argument("--namespace")
+    budget = sub.add_parser(
+        "budget-reconciler",
+        help="stop agent trees whose measured spend crossed their envelope",
+        description="Enforcement loop of the agent-tree budget controller. Reads the budget: section of the "
+        "site file; dry run (plan and audit, change nothing) unless --no-dry-run.",
+    )
+    budget.add_argument("--config", type=Path, help="site file (default: $GPUFABRIC_CONFIG, else ./gpufabric.yaml)")
+    budget.add_argument("--kubeconfig", type=Path)
+    budget.add_argument("--context")
+    budget.add_argument("--in-cluster", action="store_true")
+    budget.add_argument("--no-dry-run", action="store_true", help="actually stop trees (default: audit only)")
+    budget.add_argument("--alert-only", action="store_true", help="record alerts only (overrides the site file)")
+    budget.add_argument("--period", type=_positive, help="seconds between passes (default: budget.reconciler.period_s)")
+    budget.add_argument(
+        "--stop-deadline", type=_positive_int, help="activeDeadlineSeconds when stopping (default: the site file)"
+    )
+    budget.add_argument("--once", action="store_true", help="run one pass and exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations at start-up: only problems matter
+    if args.controller == "budget-reconciler":
+        return _budget_reconciler(args)
 
     from connectors.kube import api_client
     from connectors.warehouse import open_warehouse
@@ -62,6 +84,75 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: loop.stop())
     signal.signal(signal.SIGINT, lambda *_: loop.stop())
     loop.run()
+    return 0
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive whole number")
+    return int(text)
+
+
+def _budget_reconciler(args: argparse.Namespace) -> int:
+    """Load the site file first: a bad file is one clear message and exit 2, never a traceback."""
+    from dataclasses import replace
+
+    from kubernetes.config import ConfigException
+
+    from connectors.kube import api_client
+    from connectors.warehouse import WarehouseError, open_warehouse
+    from controllers.budget_reconciler import BudgetReconciler
+    from pipelines.settings import SettingsError, load_budget_config
+
+    try:
+        settings, config = load_budget_config(args.config)
+    except SettingsError as err:
+        print(f"budget-reconciler: the site file cannot be used:\n{err}", file=sys.stderr)
+        return 2
+    if args.alert_only:
+        config = replace(config, alert_only=True)
+    try:
+        api = api_client(_Source(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster))
+    except (ConfigException, OSError) as err:
+        print(f"budget-reconciler: cannot reach Kubernetes: {err}", file=sys.stderr)
+        return 2
+    try:
+        database_url = open_warehouse().libpq_url
+    except WarehouseError as err:
+        print(f"budget-reconciler: cannot open the warehouse: {err}", file=sys.stderr)
+        return 1
+    options = settings.budget.reconciler
+    loop = BudgetReconciler(
+        api,
+        database_url,
+        config,
+        dry_run=not args.no_dry_run,
+        period_s=args.period if args.period is not None else options.period_s,
+        deadline_s=args.stop_deadline if args.stop_deadline is not None else options.stop_deadline_s,
+    )
+    mode = "dry run" if loop.dry_run else "alert only" if config.alert_only else "enforcing"
+    logging.getLogger("gpufabric.budget").info(
+        "budget reconciler started (%s, every %ss, site file %s)", mode, loop.period_s, settings.source_path
+    )
+    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
+    signal.signal(signal.SIGINT, lambda *_: loop.stop())
+    if args.once:
+        result = loop.run_pass()
+        api.close()
+        return 0 if result is not None else 1
+    loop.run()
+    api.close()
+    logging.getLogger("gpufabric.budget").info("budget reconciler stopped after %d passes", loop.passes)
     return 0
 
 

@@ -16,6 +16,9 @@ precondition. ``alert_only`` writes an ``alert`` row and touches nothing.
 from __future__ import annotations
 
 import json
+import logging
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,9 +27,12 @@ from typing import Any
 import psycopg
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from connectors.warehouse.ledger import audit, read_tree, set_state, sync_tree_usage
 from core.budget import BudgetConfig, LivePod, PodPhase, Step, enforcement_plan
+
+log = logging.getLogger("gpufabric.budget")
 
 
 def _live_pod(obj: Mapping[str, Any], config: BudgetConfig) -> LivePod | None:
@@ -74,9 +80,16 @@ def reconcile_once(
     deadline_s: int = 30,
     pod_created: Callable[[LivePod], datetime] | None = None,
     roots: Sequence[str] | None = None,
+    dry_run: bool = False,
+    audited: set[tuple[str, str, str]] | None = None,
 ) -> PassResult:
     """One pass over every open or over-budget tree. ``pod_created`` overrides a pod's creation
-    time (the replay's simulated clock; the twin stamps wall-clock time)."""
+    time (the replay's simulated clock; the twin stamps wall-clock time).
+
+    ``dry_run``: plan as if enforcing, change nothing (no pod, no tree state) and audit each step
+    the plan holds as an ``alert`` row reading "dry run: would <step>". ``audited``: a set kept by
+    a long-running loop; alert and dry-run rows already written for the same (root, pod, step)
+    are not written again, so a tree that stays over its envelope does not add a row per pass."""
     core = client.CoreV1Api(api)
     sync_tree_usage(conn, now)
     if roots is None:
@@ -99,16 +112,29 @@ def reconcile_once(
                 LivePod(p.namespace, p.name, p.uid, p.agent_id, p.parent_id, p.depth, p.phase, pod_created(p), p.gated)
                 for p in pods
             ]
-        actions = enforcement_plan(tree, pods, now, alert_only=config.alert_only, deadline_s=deadline_s)
+        alert_only = config.alert_only and not dry_run  # a dry run shows the plan enforcement would run
+        actions = enforcement_plan(tree, pods, now, alert_only=alert_only, deadline_s=deadline_s)
         if not actions:
+            if audited:  # back within its envelope (settlement can lower it): alert again if it crosses again
+                audited.difference_update({k for k in audited if k[0] == root})
             continue
         result.trees_over.append(root)
         with conn.transaction():
-            if not config.alert_only:
+            if not (config.alert_only or dry_run):
                 set_state(conn, root, "over_budget", now)
             for a in actions:
-                outcome = _execute(core, a.step, a.pod, config, deadline_s)
-                action = a.step.value if outcome == "ok" else "failed"
+                if dry_run:
+                    outcome, action, reason = "dry_run", Step.ALERT.value, f"dry run: would {a.step.value}: {a.reason}"
+                else:
+                    outcome = _execute(core, a.step, a.pod, config, deadline_s)
+                    action = a.step.value if outcome == "ok" else "failed"
+                    reason = a.reason if outcome == "ok" else f"{a.reason}; {outcome}"
+                result.actions.append((a.step.value, a.pod.name, outcome))
+                if audited is not None and action == Step.ALERT.value:
+                    key = (root, a.pod.name, a.step.value)
+                    if key in audited:
+                        continue
+                    audited.add(key)
                 audit(
                     conn,
                     at=now,
@@ -117,10 +143,9 @@ def reconcile_once(
                     root_id=root,
                     namespace=a.pod.namespace,
                     pod=a.pod.name,
-                    reason=a.reason if outcome == "ok" else f"{a.reason}; {outcome}",
-                    alert_only=config.alert_only,
+                    reason=reason,
+                    alert_only=config.alert_only or dry_run,
                 )
-                result.actions.append((a.step.value, a.pod.name, outcome))
     return result
 
 
@@ -139,3 +164,75 @@ def _execute(core: client.CoreV1Api, step: Step, pod: LivePod, config: BudgetCon
         return "ok"
     except ApiException as err:
         return f"kubernetes answered {err.status} {err.reason}"
+
+
+@dataclass
+class BudgetReconciler:
+    """The enforcement loop: :func:`reconcile_once` every ``period_s`` until :meth:`stop`.
+
+    Dry run by default, like the orphan reaper: it plans and audits but changes nothing until
+    started with ``dry_run=False``. A pass that fails (API or database down) is logged and the
+    next tick retries; nothing is half-done, since a tree's steps and its audit rows commit
+    together. The database connection is reopened when it breaks."""
+
+    api: client.ApiClient
+    database_url: str
+    config: BudgetConfig
+    dry_run: bool = True
+    period_s: float = 10.0
+    deadline_s: int = 30
+    controller: str = "reconciler"
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    passes: int = 0
+    errors: int = 0
+    last_error: str = ""
+    _conn: psycopg.Connection | None = None
+    _audited: set[tuple[str, str, str]] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = psycopg.connect(self.database_url, autocommit=True)
+        return self._conn
+
+    def run_pass(self) -> PassResult | None:
+        """One pass; None when it could not run (logged and counted)."""
+        try:
+            result = reconcile_once(
+                self.api,
+                self._connection(),
+                self.config,
+                self.clock(),
+                controller=self.controller,
+                deadline_s=self.deadline_s,
+                dry_run=self.dry_run,
+                audited=self._audited,
+            )
+        except (ApiException, psycopg.Error, OSError, ValueError, Urllib3HTTPError) as exc:
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"[:500]
+            log.warning("budget pass failed, retrying next tick: %s", self.last_error)
+            return None
+        self.passes += 1
+        if result.trees_over:
+            log.info(
+                "pass %d: %d trees over their envelope, %d steps%s",
+                self.passes,
+                len(result.trees_over),
+                len(result.actions),
+                " (dry run)" if self.dry_run else "",
+            )
+        return result
+
+    def run(self, *, until: Callable[[], bool] | None = None) -> None:
+        try:
+            while not self._stop.is_set() and not (until is not None and until()):
+                started = time.monotonic()
+                self.run_pass()
+                self._stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+
+    def stop(self) -> None:
+        self._stop.set()

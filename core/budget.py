@@ -555,3 +555,152 @@ def enforcement_plan(
 
 def with_state(tree: TreeEnvelope, state: str) -> TreeEnvelope:
     return replace(tree, state=state)
+
+
+# --- settlement --------------------------------------------------------------------------------
+#
+# Settle-on-finish: when an agent's pod has finished, its reservation (an estimate made at
+# admission) is replaced by what the pod actually held, from the FinOps cost fact
+# (``finops.gpu_cost_hourly``, allocation basis: requested GPU units x time, the same quantity a
+# reservation estimates). The cost fact is rebuilt by dbt every few minutes, so right after a pod
+# ends the fact may not cover it yet; the policy below waits for it, up to a bound.
+
+
+@dataclass(frozen=True)
+class SettlementPolicy:
+    """Bounds on waiting. ``cost_wait_s``: how long after a pod finished settlement waits for the
+    cost fact to cover its whole life before it falls back to the snapshots' own measure.
+    ``unseen_after_s``: a reservation whose pod no snapshot ever showed is released (settled at
+    zero) once its tree's cluster has been listed completely this long after the reservation."""
+
+    cost_wait_s: int = 3600
+    unseen_after_s: int = 900
+
+
+class SettleRule(StrEnum):
+    NOT_SEEN_YET = "not_seen_yet"  # wait: no snapshot shows the pod (yet)
+    RUNNING = "running"  # wait: the pod has not finished
+    COST_PENDING = "cost_pending"  # wait: finished, the cost fact does not cover it yet
+    MEASURED = "measured"  # settle: the cost fact covers the pod's whole life
+    NO_GPU_TIME = "no_gpu_time"  # settle at 0: never started, or holds no GPU (the fact has no line by design)
+    NEVER_SEEN = "never_seen"  # settle at 0 (audited): admitted, but the pod was never created
+    ESTIMATED = "estimated"  # settle from snapshots (audited): the cost fact stayed behind past the bound
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A ledger row still ``reserved``."""
+
+    root_id: str
+    agent_id: str
+    namespace: str
+    pod: str
+    gpu_units: Decimal
+    reserved_gpu_hours: Decimal
+    reserved_cost_usd: Decimal
+    reserved_at: datetime
+
+    @property
+    def rate(self) -> Decimal:
+        """USD per GPU-hour admission priced this agent at (0 when it reserved no GPU time)."""
+        return self.reserved_cost_usd / self.reserved_gpu_hours if self.reserved_gpu_hours > 0 else Decimal(0)
+
+
+@dataclass(frozen=True)
+class PodLife:
+    """What the pod snapshots say of an agent's pod (summed over its pods if it had several)."""
+
+    seen: bool
+    finished: bool = False
+    finished_at: datetime | None = None  # last container's end, the DELETED event, or last seen if it vanished
+    held_seconds: Decimal = Decimal(0)  # start to end; 0 when it never started
+
+
+@dataclass(frozen=True)
+class CostLines:
+    """The agent's workload lines in the cost fact, allocation basis."""
+
+    lines: int = 0
+    seconds: Decimal = Decimal(0)
+    gpu_hours: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)  # priced lines only
+    unpriced_gpu_hours: Decimal = Decimal(0)  # lines without a rate card (EffectiveCost NULL)
+
+
+@dataclass(frozen=True)
+class Settlement:
+    rule: SettleRule
+    reason: str
+    gpu_hours: Decimal = Decimal(0)
+    cost_usd: Decimal = Decimal(0)
+
+    @property
+    def settles(self) -> bool:
+        return self.rule not in (SettleRule.NOT_SEEN_YET, SettleRule.RUNNING, SettleRule.COST_PENDING)
+
+    @property
+    def audited(self) -> bool:
+        """Settlements that are not plain measurement leave an audit row saying why."""
+        return self.rule in (SettleRule.NEVER_SEEN, SettleRule.ESTIMATED) or (
+            self.rule is SettleRule.MEASURED and "unpriced" in self.reason
+        )
+
+
+_SECONDS_TOLERANCE = Decimal("0.001")  # x_Seconds is numeric(38, 6) per line; a few lines' rounding
+
+
+def settlement(
+    res: Reservation,
+    pod: PodLife,
+    cost: CostLines,
+    now: datetime,
+    policy: SettlementPolicy,
+    *,
+    tree_listed_at: datetime | None,
+) -> Settlement:
+    """Settle ``res`` now, and at what? ``tree_listed_at``: when the latest complete pod list of
+    the cluster(s) where this tree's pods were seen started (the oldest, if several); None when no
+    pod of the tree was ever seen. A pod absent from a list begun after it was admitted does not
+    exist; without any pod of its tree in the snapshots, the tree's cluster may simply not be
+    collected (not in ``sources.kubernetes``), so absence proves nothing and the row waits."""
+    who = f"agent {res.agent_id} (pod {res.namespace}/{res.pod})"
+    if not pod.seen:
+        if tree_listed_at is None:
+            return Settlement(
+                SettleRule.NOT_SEEN_YET,
+                f"{who}: no pod of root {res.root_id} in any snapshot yet (is its cluster in sources.kubernetes?)",
+            )
+        if tree_listed_at.timestamp() >= res.reserved_at.timestamp() + policy.unseen_after_s:
+            return Settlement(
+                SettleRule.NEVER_SEEN,
+                f"{who}: reserved {fmt(res.reserved_gpu_hours)} GPU-h at {res.reserved_at.isoformat()} but no pod "
+                f"snapshot ever showed it, though its tree's cluster was listed completely at "
+                f"{tree_listed_at.isoformat()}; admitted but never created: reservation released at 0",
+            )
+        return Settlement(SettleRule.NOT_SEEN_YET, f"{who}: no pod snapshot yet")
+    if not pod.finished or pod.finished_at is None:
+        return Settlement(SettleRule.RUNNING, f"{who}: still running")
+    if pod.held_seconds <= 0 or res.gpu_units <= 0:
+        return Settlement(SettleRule.NO_GPU_TIME, f"{who}: finished without holding a GPU")
+    if cost.lines and cost.seconds + _SECONDS_TOLERANCE >= pod.held_seconds:
+        priced_rest = q(cost.unpriced_gpu_hours * res.rate)
+        reason = f"{who}: {cost.lines} cost lines, {fmt(cost.gpu_hours)} GPU-h"
+        if cost.unpriced_gpu_hours > 0:
+            reason += (
+                f"; {fmt(cost.unpriced_gpu_hours)} GPU-h unpriced in the cost fact (no rate card), "
+                f"priced at admission's ${fmt(q(res.rate))}/GPU-h"
+            )
+        return Settlement(SettleRule.MEASURED, reason, q(cost.gpu_hours), q(cost.cost_usd + priced_rest))
+    waited = (now - pod.finished_at).total_seconds()
+    covered = f"the cost fact covers {fmt(cost.seconds)} of {fmt(pod.held_seconds)} s" if cost.lines else "no cost line"
+    if waited < policy.cost_wait_s:
+        return Settlement(SettleRule.COST_PENDING, f"{who}: finished {int(waited)} s ago, {covered}")
+    hours = q(res.gpu_units * pod.held_seconds / Decimal(3600))
+    return Settlement(
+        SettleRule.ESTIMATED,
+        f"{who}: finished {int(waited)} s ago and {covered} (waited up to {policy.cost_wait_s} s); settled from "
+        f"the pod snapshots: {fmt(res.gpu_units)} GPU x {fmt(pod.held_seconds)} s = {fmt(hours)} GPU-h "
+        f"at admission's ${fmt(q(res.rate))}/GPU-h",
+        hours,
+        q(hours * res.rate),
+    )

@@ -97,6 +97,21 @@ def _state_path(sim_root: Path) -> Path:
     return sim_root / "state.json"
 
 
+# The budget controller's section of the simulated site: the incident replay's envelope
+# (tests/integration/test_budget_incident.py: 200 GPU-h, $600, 250 live pods) as every tree's
+# default, a flat $3 per GPU-hour estimate, and the reconciler in alert-only mode, so pointing
+# `python -m controllers budget-reconciler` at the twins records what it would stop.
+SIM_BUDGET: dict[str, Any] = {
+    "governed_namespaces": ["agents"],
+    "unlabeled_pods": "deny",
+    "envelopes": {"*": {"gpu_hours": 200, "cost_usd": 600, "max_live_pods": 250, "max_depth": 3, "max_fan_out": 60}},
+    "expected_hours": {"*": 1, "orchestrator": 2, "analyser": 1, "reconciler": 0.5},
+    "usd_per_gpu_hour": {"*": 3},
+    "reconciler": {"alert_only": True, "period_s": 10, "stop_deadline_s": 30},
+    "settlement": {"cost_wait_s": 3600, "unseen_after_s": 900},
+}
+
+
 def site_config(runs: list[TwinRun] | tuple[TwinRun, ...], spec_name: str) -> str:
     """Every twin's sources in one file. Entries of one kind with the same name are one device
     seen by several twins (the SNMP and SSH twins each describe every switch): merged, so the
@@ -108,7 +123,8 @@ def site_config(runs: list[TwinRun] | tuple[TwinRun, ...], spec_name: str) -> st
             for entry in entries:
                 by_name[entry["name"]] = {**by_name.get(entry["name"], {}), **entry}
     body = yaml.safe_dump(
-        {"version": 1, "sources": {kind: list(v.values()) for kind, v in sources.items()}}, sort_keys=False
+        {"version": 1, "sources": {kind: list(v.values()) for kind, v in sources.items()}, "budget": SIM_BUDGET},
+        sort_keys=False,
     )
     return (
         f"# Written by `gpufabric sim up` for the simulated cluster {spec_name}; `gpufabric sim down` stops it.\n{body}"

@@ -21,6 +21,12 @@ laptop that has none of the production environment variables. ``SecretRef.resolv
 by the connector that needs the value, at the moment it needs it.
 """
 
+from pipelines.settings.budget import (
+    budget_config_from_settings,
+    default_settings_path,
+    load_budget_config,
+    settlement_policy_from_settings,
+)
 from pipelines.settings.errors import (
     INLINE_SECRET_MESSAGE,
     KNOWN_PLATFORMS,
@@ -35,9 +41,13 @@ from pipelines.settings.loading import (
     parse_settings,
 )
 from pipelines.settings.models import (
+    BudgetReconcilerSettings,
+    BudgetSettings,
+    BudgetSettlementSettings,
     CollectionSettings,
     DcgmExporterSource,
     DcimSource,
+    EnvelopeDefaults,
     FabricManagerSource,
     KubernetesSource,
     NvlinkSource,
@@ -61,9 +71,13 @@ __all__ = [
     "INLINE_SECRET_MESSAGE",
     "KNOWN_PLATFORMS",
     "MAX_FILE_BYTES",
+    "BudgetReconcilerSettings",
+    "BudgetSettings",
+    "BudgetSettlementSettings",
     "CollectionSettings",
     "DcgmExporterSource",
     "DcimSource",
+    "EnvelopeDefaults",
     "FabricManagerSource",
     "KubernetesSource",
     "NvlinkSource",
@@ -85,6 +99,10 @@ __all__ = [
     "SwitchDefaults",
     "Tenant",
     "WarehouseSettings",
+    "budget_config_from_settings",
+    "default_settings_path",
+    "load_budget_config",
     "load_settings",
     "parse_settings",
+    "settlement_policy_from_settings",
 ]

@@ -289,6 +289,10 @@ _EXPECTED = {
     "date_from_datetime_parsing": "a date (YYYY-MM-DD)",
     "date_from_datetime_inexact": "a date without a time of day",
     "path_type": "a path",
+    "datetime_type": "a timestamp with a time zone (2027-03-31T23:59:59Z)",
+    "datetime_parsing": "a timestamp with a time zone (2027-03-31T23:59:59Z)",
+    "datetime_from_date_parsing": "a timestamp with a time zone (2027-03-31T23:59:59Z)",
+    "timezone_aware": "a timestamp with a time zone (2027-03-31T23:59:59Z)",
 }
 
 

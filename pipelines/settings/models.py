@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -780,6 +781,106 @@ class WarehouseSettings(_Model):
     url: SecretRef | None = None
 
 
+# --------------------------------------------------------------------------------------------
+# Budget controller (agent-tree envelopes; core.budget.BudgetConfig is built from this by
+# pipelines.settings.budget.budget_config_from_settings)
+# --------------------------------------------------------------------------------------------
+
+_ENVELOPE_KEY_RE = re.compile(
+    r"\*|[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?(/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
+)
+_NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+NonNegativeDecimal = Annotated[Decimal, Field(ge=0, allow_inf_nan=False)]
+
+
+def _check_namespace(value: str) -> str:
+    if not _NAMESPACE_RE.fullmatch(value):
+        raise PydanticCustomError(
+            "namespace", "'{value}' is not a Kubernetes namespace name (lowercase DNS label)", {"value": value[:80]}
+        )
+    return value
+
+
+def _key_checker(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    """Dict keys are validated as a type of their own, so a bad key is reported together with
+    every problem in the values (and points at the key's line)."""
+
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise PydanticCustomError("budget_key", "'{key}' is not {what}", {"key": value[:80], "what": what})
+        return value
+
+    return check
+
+
+_LABEL_KEY_RE = re.compile(r"\*|[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+EnvelopeKey = Annotated[
+    str, AfterValidator(_key_checker(_ENVELOPE_KEY_RE, '"*", a client or "client/tier" (label values)'))
+]
+AgentTypeKey = Annotated[str, AfterValidator(_key_checker(_LABEL_KEY_RE, '"*" or an agent type (a label value)'))]
+TierKey = Annotated[str, AfterValidator(_key_checker(_LABEL_KEY_RE, '"*" or a tier (a label value)'))]
+
+
+class EnvelopeDefaults(_Model):
+    """A default envelope: what a whole agent tree may use when its root pod carries no
+    ``<prefix>/envelope`` annotation (annotation keys it lacks are taken from here too)."""
+
+    gpu_hours: NonNegativeDecimal
+    cost_usd: NonNegativeDecimal
+    max_live_pods: Annotated[int, Field(ge=1, le=1_000_000)]
+    max_depth: Annotated[int, Field(ge=0, le=256)]
+    max_fan_out: Annotated[int, Field(ge=1, le=1_000_000)]
+    deadline: AwareDatetime | None = None
+
+
+class BudgetReconcilerSettings(_Model):
+    """The enforcement loop (``python -m controllers budget-reconciler``)."""
+
+    alert_only: bool = False
+    """Record an alert per tree over its envelope and change nothing."""
+    period_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 10.0
+    stop_deadline_s: Annotated[int, Field(ge=1, le=86400)] = 30
+    """activeDeadlineSeconds given to a running leaf when its tree is stopped; a leaf older than
+    this is deleted instead."""
+
+
+class BudgetSettlementSettings(_Model):
+    """Settle-on-finish: how long to wait for the cost fact (core.budget.SettlementPolicy)."""
+
+    cost_wait_s: Annotated[int, Field(ge=0, le=30 * 86400)] = 3600
+    unseen_after_s: Annotated[int, Field(ge=60, le=30 * 86400)] = 900
+
+
+class BudgetSettings(_Model):
+    """Agent-tree budgets: envelopes, reservation estimates and the enforcement loop."""
+
+    governed_namespaces: (
+        Annotated[list[Annotated[str, AfterValidator(_check_namespace)]], Field(min_length=1)] | None
+    ) = None
+    """Namespaces the budget controller governs; unset means every namespace the webhook is sent.
+    An empty list is refused: it would govern nothing, silently admitting every pod unaccounted."""
+    unlabeled_pods: Literal["deny", "default"] = "deny"
+    envelopes: dict[EnvelopeKey, EnvelopeDefaults] = {}
+    """Default envelopes keyed by "client/tier", "client" or "*" (the most specific wins)."""
+    expected_hours: dict[AgentTypeKey, NonNegativeDecimal] = {}
+    """Expected run time per agent type (``<prefix>/agent-type``), "*" for the rest (default 1)."""
+    usd_per_gpu_hour: dict[TierKey, NonNegativeDecimal] = {}
+    """Flat estimate per tier, "*" for the rest; unset means the highest rate card of each tier."""
+    reconciler: BudgetReconcilerSettings = BudgetReconcilerSettings()
+    settlement: BudgetSettlementSettings = BudgetSettlementSettings()
+
+    @field_validator("governed_namespaces")
+    @classmethod
+    def _unique_namespaces(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            repeated = sorted({ns for ns in value if value.count(ns) > 1})
+            if repeated:
+                raise PydanticCustomError(
+                    "duplicate_namespace", "namespace '{ns}' is listed twice", {"ns": repeated[0]}
+                )
+        return value
+
+
 class Settings(_Model):
     """The whole of ``gpufabric.yaml``. Build it with ``load_settings`` for file/line errors."""
 
@@ -791,6 +892,7 @@ class Settings(_Model):
     rate_cards: list[RateCard] = []
     publish: PublishSettings = PublishSettings()
     warehouse: WarehouseSettings = WarehouseSettings()
+    budget: BudgetSettings = BudgetSettings()
 
     _source_path: Path | None = PrivateAttr(default=None)
 

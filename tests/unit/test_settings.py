@@ -248,8 +248,7 @@ def test_tab_indentation_is_a_syntax_error_with_line(fail: Fail) -> None:
 )
 def test_top_level_must_be_a_mapping(fail: Fail, text: str, kind: str) -> None:
     assert fail(text) == (
-        "gpufabric.yaml:1: the top level must be a mapping of settings "
-        f"(version, sources, tenants, ...), not {kind}"
+        f"gpufabric.yaml:1: the top level must be a mapping of settings (version, sources, tenants, ...), not {kind}"
     )
 
 
@@ -320,10 +319,7 @@ def test_wrong_type(fail: Fail, snippet: str, path: str, expected: str) -> None:
 def test_unknown_key_suggests_the_closest(fail: Fail) -> None:
     text = SWITCHES.replace("community: S3cr3t-Community-Value", "comunity: {env: C}")
     message = fail(text)
-    assert (
-        "gpufabric.yaml:14: sources.switches[2].snmp: unknown key 'comunity'; did you mean 'community'?"
-        in message
-    )
+    assert "gpufabric.yaml:14: sources.switches[2].snmp: unknown key 'comunity'; did you mean 'community'?" in message
 
 
 def test_unknown_top_level_key(fail: Fail) -> None:
@@ -342,9 +338,7 @@ def test_unknown_platform_lists_the_known_ones(fail: Fail) -> None:
     )
     message = fail(text)
     line = line_of(text, "aristaeos")
-    assert message.startswith(
-        f"gpufabric.yaml:{line}: sources.switches[2].platform: 'aristaeos' is not one of: "
-    )
+    assert message.startswith(f"gpufabric.yaml:{line}: sources.switches[2].platform: 'aristaeos' is not one of: ")
     assert ", ".join(KNOWN_PLATFORMS) in message
     assert "did you mean 'arista_eos'?" in message
 
@@ -402,9 +396,7 @@ def test_model_level_uniqueness_without_the_loader() -> None:
 
 def test_duplicate_yaml_keys_are_not_silently_resolved(fail: Fail) -> None:
     message = fail("version: 1\npublish:\n  dry_run: true\n  dry_run: false\n")
-    assert message == (
-        "gpufabric.yaml:4: publish: duplicate key 'dry_run' (first at line 3); only one may be given"
-    )
+    assert message == ("gpufabric.yaml:4: publish: duplicate key 'dry_run' (first at line 3); only one may be given")
 
 
 def test_non_string_key(fail: Fail) -> None:
@@ -476,9 +468,7 @@ def test_very_many_problems_are_capped_in_the_message_but_kept(fail: Fail, load:
     ],
 )
 def test_snmp_credentials_must_match_the_version(fail: Fail, switch: str, expected: str) -> None:
-    text = (
-        "version: 1\nsources:\n  switches:\n    - name: a\n      address: 10.0.0.1\n      platform: sonic\n"
-    )
+    text = "version: 1\nsources:\n  switches:\n    - name: a\n      address: 10.0.0.1\n      platform: sonic\n"
     if switch == "{}":
         path, line = "sources.switches[0]", 4
     else:
@@ -508,8 +498,7 @@ def test_snmp_version_spellings() -> None:
         ("{name: u, kind: ibnetdiscover, url: 'https://x'}", "url only apply to kind ufm"),
         ("{name: u, kind: ufm, url: 'ftp://ufm', auth: token, token: {env: T}}", "must be an http"),
         (
-            "{name: u, kind: ufm, url: 'https://u', auth: token, token: {env: T}, verify_tls: false, "
-            "ca_file: ca.pem}",
+            "{name: u, kind: ufm, url: 'https://u', auth: token, token: {env: T}, verify_tls: false, ca_file: ca.pem}",
             "ca_file has no effect",
         ),
     ],
@@ -811,9 +800,7 @@ KEY_BOMB = "version: 1\nk0: &k0 [a, b, c, d, e, f, g, h]\n" + "".join(
         ("version: 1\nx: !!binary 'AAA'\n", 2, "failed to decode base64 data"),
     ],
 )
-def test_hostile_yaml_is_refused_quickly(
-    fail: Fail, text: str, expected_line: int | None, expected: str
-) -> None:
+def test_hostile_yaml_is_refused_quickly(fail: Fail, text: str, expected_line: int | None, expected: str) -> None:
     started = time.monotonic()
     message = fail(text)
     assert time.monotonic() - started < 10
@@ -832,9 +819,7 @@ def test_aliases_within_limits_are_fine() -> None:
 
 def test_non_utf8_bytes_name_the_line(fail: Fail) -> None:
     message = fail(b"version: 1\nlabel_prefix: caf\xe9.io\n")
-    assert message == (
-        "gpufabric.yaml:2: the file is not UTF-8 text (byte 0xe9 at column 18); save it as UTF-8"
-    )
+    assert message == ("gpufabric.yaml:2: the file is not UTF-8 text (byte 0xe9 at column 18); save it as UTF-8")
 
 
 def test_utf8_bom_is_accepted(load: Load) -> None:
@@ -939,3 +924,124 @@ def test_fuzz_arbitrary_input_never_crashes(data: bytes | str) -> None:
         parse_settings(data)
     except SettingsError as error:
         assert_clean(error)
+
+
+# ----------------------------------------------------------------------------------------------
+# budget: the budget controller's section
+# ----------------------------------------------------------------------------------------------
+
+
+def test_example_budget_section_builds_the_controllers_config() -> None:
+    from datetime import UTC, datetime
+
+    from core.budget import Envelope, SettlementPolicy, Unlabeled
+    from pipelines.settings import budget_config_from_settings, settlement_policy_from_settings
+
+    settings = load_settings(EXAMPLE)
+    config = budget_config_from_settings(settings)
+    assert config.governed_namespaces == frozenset({"agents", "research"})
+    assert config.unlabeled is Unlabeled.DENY
+    assert config.prefix == settings.label_prefix == "gpufabric.io"
+    assert config.default_envelope("research", "preemptible") == Envelope(
+        Decimal(400), Decimal(500), 400, 6, 100, datetime(2027, 3, 31, 23, 59, 59, tzinfo=UTC)
+    )
+    assert config.default_envelope("research", "prod") == Envelope(Decimal(200), Decimal(600), 250, 6, 60)
+    assert config.default_envelope("someone", "prod") == Envelope(Decimal(50), Decimal(150), 100, 5, 50)
+    assert config.rate("preemptible") == Decimal("1.10") and config.rate("gold") == Decimal("2.85")
+    assert config.expected_hours == {"orchestrator": Decimal(4), "reconciler": Decimal("0.5")}
+    assert config.default_expected_hours == Decimal(1)
+    assert settlement_policy_from_settings(settings) == SettlementPolicy(cost_wait_s=3600, unseen_after_s=900)
+    assert settings.budget.reconciler.period_s == 10 and settings.budget.reconciler.stop_deadline_s == 30
+
+
+def test_budget_defaults_without_the_section() -> None:
+    from core.budget import SettlementPolicy, Unlabeled
+    from pipelines.settings import budget_config_from_settings, settlement_policy_from_settings
+
+    settings = parse_settings("version: 1\nlabel_prefix: agents.example.com\n")
+    config = budget_config_from_settings(settings)
+    # fail closed: no default envelope (a root needs a complete annotation), no price, deny unlabelled
+    assert config.defaults == {} and config.rates_usd_per_gpu_hour == {}
+    assert config.governed_namespaces is None and config.unlabeled is Unlabeled.DENY
+    assert config.default_expected_hours == Decimal(1) and config.expected_hours == {}
+    assert config.alert_only is False and config.prefix == "agents.example.com"
+    assert settings.budget.reconciler.period_s == 10.0 and settings.budget.reconciler.stop_deadline_s == 30
+    assert settlement_policy_from_settings(settings) == SettlementPolicy(3600, 900)
+
+
+def test_budget_rates_default_to_the_highest_rate_card_per_tier() -> None:
+    from pipelines.settings import budget_config_from_settings
+
+    config = budget_config_from_settings(
+        load_settings(EXAMPLE).model_copy(update={"budget": parse_settings("version: 1\n").budget})
+    )
+    # rate cards: H100 prod 2.85 and 2.49, H100 preemptible 1.10, A100 preemptible 0.95
+    assert config.rates_usd_per_gpu_hour == {
+        "prod": Decimal("2.85"),
+        "preemptible": Decimal("1.10"),
+        "*": Decimal("2.85"),
+    }
+
+
+def test_bad_budget_section_names_every_problem_with_line_and_path(fail: Fail) -> None:
+    text = yaml_text(
+        """
+        version: 1
+        budget:
+          governed_namespaces: [Agents, ok, ok]
+          unlabeled_pods: dney
+          envelopes:
+            "a/b/c": {gpu_hours: 1, cost_usd: 1, max_live_pods: 1, max_depth: 1, max_fan_out: 1}
+            acme:
+              gpu_hours: -5
+              cost_usd: 1
+              max_live_pods: 0
+              max_depth: 1
+              max_fan_out: 1
+              deadline: 2027-01-01T00:00:00
+              colour: red
+          expected_hours: {worker: -1}
+          usd_per_gpu_hour: {"a b": 1}
+          reconciler: {period_s: 0, alert_onyl: true}
+          settlment: {}
+        """
+    )
+    message = fail(text)
+    expected = [
+        (
+            f"gpufabric.yaml:{line_of(text, 'governed_namespaces')}: budget.governed_namespaces[0]: 'Agents' is not a "
+            "Kubernetes namespace name"
+        ),
+        f"gpufabric.yaml:{line_of(text, 'dney')}: budget.unlabeled_pods: 'dney' is not one of: deny, default; "
+        "did you mean 'deny'?",
+        f"gpufabric.yaml:{line_of(text, 'a/b/c')}: budget.envelopes.a/b/c (key): 'a/b/c' is not \"*\", a client",
+        f"gpufabric.yaml:{line_of(text, 'gpu_hours: -5')}: budget.envelopes.acme.gpu_hours: must be at least 0",
+        f"gpufabric.yaml:{line_of(text, 'max_live_pods: 0')}: budget.envelopes.acme.max_live_pods: must be at least 1",
+        f"gpufabric.yaml:{line_of(text, 'deadline')}: budget.envelopes.acme.deadline: expected a timestamp with a "
+        "time zone",
+        f"gpufabric.yaml:{line_of(text, 'colour')}: budget.envelopes.acme: unknown key 'colour'",
+        f"gpufabric.yaml:{line_of(text, 'worker')}: budget.expected_hours.worker: must be at least 0",
+        f"gpufabric.yaml:{line_of(text, 'a b')}: budget.usd_per_gpu_hour.a b (key): 'a b' is not \"*\" or a tier",
+        f"gpufabric.yaml:{line_of(text, 'period_s')}: budget.reconciler.period_s: must be greater than 0",
+        f"gpufabric.yaml:{line_of(text, 'alert_onyl')}: budget.reconciler: unknown key 'alert_onyl'; did you mean "
+        "'alert_only'?",
+        f"gpufabric.yaml:{line_of(text, 'settlment')}: budget: unknown key 'settlment'; did you mean 'settlement'?",
+    ]
+    for needle in expected:
+        assert needle in message, f"{needle!r} not in:\n{message}"
+
+
+def test_duplicate_governed_namespace(fail: Fail) -> None:
+    message = fail("version: 1\nbudget:\n  governed_namespaces: [agents, agents]\n")
+    assert "gpufabric.yaml:3: budget.governed_namespaces: namespace 'agents' is listed twice" in message
+    message = fail("version: 1\nbudget:\n  governed_namespaces: []\n")
+    assert "gpufabric.yaml:3: budget.governed_namespaces: must not be empty" in message
+
+
+def test_simulated_site_carries_a_budget_section() -> None:
+    from pipelines.settings import budget_config_from_settings
+    from simulator.up import site_config
+
+    config = budget_config_from_settings(parse_settings(site_config([], "h100-1su")))
+    assert config.default_envelope("anyone", "standard") is not None
+    assert config.rate("standard") == Decimal(3) and config.alert_only is True
