@@ -352,20 +352,51 @@ class Decision:
     )
 
 
+@dataclass(frozen=True)
+class TreeView:
+    """What admission needs of a tree's ledger, sized by the request's ancestry rather than by
+    the tree (the incident's tree had 847 pods; reading all of them per admission made its cost
+    grow with the tree). The ledger reads it in SQL; :func:`view_of` derives it from a full node
+    list, and the two are tested to agree."""
+
+    live_pods: int
+    agent_exists: bool  # ``req.agent_id`` already has a ledger row
+    parent: Node | None
+    parent_live_children: int
+    tightest_cap: tuple[str, Decimal] | None  # :func:`parent_remainder` of the parent
+
+
+EMPTY_VIEW = TreeView(0, False, None, 0, None)
+
+
+def view_of(req: PodRequest, nodes: Sequence[Node]) -> TreeView:
+    """The :class:`TreeView` of ``req`` over every node of its tree."""
+    parent = next((n for n in nodes if n.agent_id == req.parent_id), None) if req.parent_id else None
+    return TreeView(
+        live_pods=sum(1 for n in nodes if n.live),
+        agent_exists=any(n.agent_id == req.agent_id for n in nodes),
+        parent=parent,
+        parent_live_children=sum(1 for n in nodes if n.live and parent and n.parent_id == parent.agent_id),
+        tightest_cap=parent_remainder(parent.agent_id, nodes) if parent else None,
+    )
+
+
 def _deny(req: PodRequest, tree: TreeEnvelope | None, limit: str, detail: str) -> Decision:
     env = tree.envelope.describe() if tree else "no envelope"
     return Decision(False, f"denied: root {req.root_id} ({req.namespace}), limit {limit}: {detail}; {env}", limit)
 
 
-def decide(req: PodRequest, tree: TreeEnvelope | None, nodes: Sequence[Node], now: datetime) -> Decision:
-    """May ``req`` join its tree? ``tree`` and ``nodes`` are the ledger's state for ``req.root_id``."""
+def decide(req: PodRequest, tree: TreeEnvelope | None, ledger: TreeView | Sequence[Node], now: datetime) -> Decision:
+    """May ``req`` join its tree? ``tree`` and ``ledger`` (its view, or every node) are the
+    ledger's state for ``req.root_id``."""
+    view = ledger if isinstance(ledger, TreeView) else view_of(req, ledger)
     if req.is_root:
         if tree is not None:
             return _deny(req, tree, "ancestry", f"root {req.root_id} already exists")
         assert req.envelope is not None
         env = req.envelope
         fake = TreeEnvelope(req.root_id, req.namespace, req.client, req.tier, env, *(Decimal(0),) * 4)
-        return _check_limits(req, fake, [], now, parent=None) or Decision(
+        return _check_limits(req, fake, EMPTY_VIEW, now) or Decision(
             True, f"admitted root {req.root_id}: {env.describe()}"
         )
     if tree is None:
@@ -376,24 +407,22 @@ def decide(req: PodRequest, tree: TreeEnvelope | None, nodes: Sequence[Node], no
         return _deny(req, tree, "ancestry", f"pod claims client {req.client!r} but root belongs to {tree.client!r}")
     if tree.namespace != req.namespace:
         return _deny(req, tree, "ancestry", f"root lives in namespace {tree.namespace}, pod in {req.namespace}")
-    by_id = {n.agent_id: n for n in nodes}
-    if req.agent_id in by_id:
+    if view.agent_exists:
         return _deny(req, tree, "ancestry", f"agent id {req.agent_id} already in the tree")
-    parent = by_id.get(req.parent_id or "")
+    parent = view.parent
     if parent is None:
         return _deny(req, tree, "ancestry", f"parent {req.parent_id} not found in the tree")
     if req.depth != parent.depth + 1:
         return _deny(req, tree, "ancestry", f"depth {req.depth} but parent {parent.agent_id} has depth {parent.depth}")
-    return _check_limits(req, tree, nodes, now, parent=parent) or Decision(
+    return _check_limits(req, tree, view, now) or Decision(
         True,
         f"admitted into root {req.root_id}: reserves {fmt(req.gpu_hours)} GPU-h / ${fmt(req.cost_usd)}, "
         f"left {fmt(tree.envelope.gpu_hours - tree.committed_gpu_hours - req.gpu_hours)} GPU-h",
     )
 
 
-def _check_limits(
-    req: PodRequest, tree: TreeEnvelope, nodes: Sequence[Node], now: datetime, parent: Node | None
-) -> Decision | None:
+def _check_limits(req: PodRequest, tree: TreeEnvelope, view: TreeView, now: datetime) -> Decision | None:
+    parent = view.parent
     env = tree.envelope
     if tree.state != "open":
         return _deny(req, tree, "state", f"tree is {tree.state}")
@@ -401,11 +430,11 @@ def _check_limits(
         return _deny(req, tree, "deadline", f"deadline {env.deadline.isoformat()} passed")
     if req.depth > env.max_depth:
         return _deny(req, tree, "depth", f"depth {req.depth} > max {env.max_depth}")
-    live = sum(1 for n in nodes if n.live)
+    live = view.live_pods
     if live + 1 > env.max_live_pods:
         return _deny(req, tree, "live_pods", f"{live} live pods, max {env.max_live_pods}")
     if parent is not None:
-        fan = sum(1 for n in nodes if n.live and n.parent_id == parent.agent_id)
+        fan = view.parent_live_children
         if fan + 1 > env.max_fan_out:
             return _deny(
                 req, tree, "fan_out", f"parent {parent.agent_id} has {fan} live children, max {env.max_fan_out}"
@@ -417,7 +446,7 @@ def _check_limits(
     if req.cost_usd > left_c:
         return _deny(req, tree, "cost_usd", f"needs ${fmt(req.cost_usd)}, ${fmt(max(left_c, Decimal(0)))} left")
     if parent is not None:
-        remainder = parent_remainder(parent.agent_id, nodes)
+        remainder = view.tightest_cap
         if remainder is not None and req.gpu_hours > remainder[1]:
             return _deny(
                 req,

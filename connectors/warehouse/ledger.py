@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from core.budget import Decision, Envelope, Node, PodRequest, TreeEnvelope, decide, q
+from core.budget import EMPTY_VIEW, Decision, Envelope, Node, PodRequest, TreeEnvelope, TreeView, decide, q
 from core.orphans import RootState
 
 _SELECT_ENVELOPE = (
@@ -48,31 +48,80 @@ def _tree(row: tuple[Any, ...]) -> TreeEnvelope:
     )
 
 
-_SELECT_TREE_LOCKED = (
-    "SELECT e.root_id, e.namespace, e.client, e.tier, e.gpu_hours, e.cost_usd, e.max_live_pods, e.max_depth, "
-    "e.max_fan_out, e.deadline, e.reserved_gpu_hours, e.reserved_cost_usd, e.spent_gpu_hours, e.spent_cost_usd, "
-    "e.observed_gpu_hours, e.observed_cost_usd, e.state, "
-    # numerics as text inside JSON: a JSON number would come back a float and lose exactness
-    "(SELECT coalesce(json_agg(json_build_array(l.agent_id, l.parent_id, l.depth, l.state, "
-    "l.reserved_gpu_hours::text, l.settled_gpu_hours::text, l.subtree_cap_gpu_hours::text)), '[]') "
-    "FROM agents.ledger l WHERE l.root_id = e.root_id) "
-    "FROM agents.envelopes e WHERE e.root_id = %s FOR UPDATE OF e"
-)
-
-
 def _node(r: list[Any]) -> Node:
     live = r[3] == "reserved"
     return Node(r[0], r[1], r[2], live, Decimal(r[4] if live else r[5]), None if r[6] is None else Decimal(r[6]))
 
 
-def read_tree(conn: psycopg.Connection, root_id: str, *, lock: bool = False) -> tuple[TreeEnvelope | None, list[Node]]:
-    """The envelope and every ledger row of one tree; ``lock`` takes the root's row lock and
-    reads both in one round trip (the admission hot path)."""
-    if lock:
-        row = conn.execute(_SELECT_TREE_LOCKED, (root_id,)).fetchone()
-        if row is None:
-            return None, []
-        return _tree(row), [_node(r) for r in row[17]]
+# The admission hot path: the root's envelope and the TreeView of the request, read after the
+# envelope row is locked (see read_view). Each part is an index lookup, by (root_id, agent_id) or
+# (root_id, parent_id). The walks follow parent links strictly up or down in depth (admission
+# makes depth = parent + 1), so stored cycles cannot loop them. Descendants are summed only under
+# ancestors that carry a subtree cap.
+_SELECT_VIEW = """
+WITH RECURSIVE up AS (
+    SELECT l.agent_id, l.parent_id, l.depth, l.subtree_cap_gpu_hours AS cap
+      FROM agents.ledger l WHERE l.root_id = %(root)s AND l.agent_id = %(parent)s
+    UNION ALL
+    SELECT l.agent_id, l.parent_id, l.depth, l.subtree_cap_gpu_hours
+      FROM up JOIN agents.ledger l ON l.root_id = %(root)s AND l.agent_id = up.parent_id AND l.depth < up.depth
+), down AS (
+    SELECT up.agent_id AS ancestor, l.agent_id, l.depth,
+           CASE WHEN l.state = 'reserved' THEN l.reserved_gpu_hours ELSE l.settled_gpu_hours END AS hours
+      FROM up JOIN agents.ledger l ON l.root_id = %(root)s AND l.parent_id = up.agent_id AND l.depth > up.depth
+     WHERE up.cap IS NOT NULL
+    UNION ALL
+    SELECT down.ancestor, l.agent_id, l.depth,
+           CASE WHEN l.state = 'reserved' THEN l.reserved_gpu_hours ELSE l.settled_gpu_hours END
+      FROM down JOIN agents.ledger l ON l.root_id = %(root)s AND l.parent_id = down.agent_id AND l.depth > down.depth
+), capped AS (
+    SELECT up.agent_id, up.depth,
+           up.cap - coalesce((SELECT sum(down.hours) FROM down WHERE down.ancestor = up.agent_id), 0) AS left_h
+      FROM up WHERE up.cap IS NOT NULL
+)
+SELECT e.root_id, e.namespace, e.client, e.tier, e.gpu_hours, e.cost_usd, e.max_live_pods, e.max_depth,
+       e.max_fan_out, e.deadline, e.reserved_gpu_hours, e.reserved_cost_usd, e.spent_gpu_hours, e.spent_cost_usd,
+       e.observed_gpu_hours, e.observed_cost_usd, e.state,
+       (SELECT count(*) FROM agents.ledger l WHERE l.root_id = e.root_id AND l.state = 'reserved'),
+       EXISTS (SELECT 1 FROM agents.ledger l WHERE l.root_id = e.root_id AND l.agent_id = %(agent)s),
+       (SELECT json_build_array(l.agent_id, l.parent_id, l.depth, l.state, l.reserved_gpu_hours::text,
+               l.settled_gpu_hours::text, l.subtree_cap_gpu_hours::text)
+          FROM agents.ledger l WHERE l.root_id = e.root_id AND l.agent_id = %(parent)s),
+       (SELECT count(*) FROM agents.ledger l
+         WHERE l.root_id = e.root_id AND l.parent_id = %(parent)s AND l.state = 'reserved'),
+       (SELECT json_build_array(c.agent_id, c.left_h::text) FROM capped c ORDER BY c.left_h, c.depth DESC LIMIT 1)
+  FROM agents.envelopes e WHERE e.root_id = %(root)s
+"""
+
+
+def read_view(conn: psycopg.Connection, req: PodRequest) -> tuple[TreeEnvelope | None, TreeView]:
+    """The envelope of ``req``'s tree, locked until the transaction ends, and the request's
+    :class:`TreeView`: what admission decides on, without reading the whole tree.
+
+    The lock is its own statement on purpose. A ``SELECT ... FOR UPDATE`` that waits for the lock
+    re-reads the locked row but evaluates its subqueries with the snapshot it started with, so
+    ledger rows committed by the admission it waited for would be missed (the live-pod and
+    fan-out counts came out short under 200 concurrent admissions). Under READ COMMITTED the
+    next statement takes a new snapshot, which sees them."""
+    conn.execute("SELECT 1 FROM agents.envelopes WHERE root_id = %s FOR UPDATE", (req.root_id,))
+    row = conn.execute(
+        _SELECT_VIEW, {"root": req.root_id, "parent": req.parent_id or "", "agent": req.agent_id}
+    ).fetchone()
+    if row is None:
+        return None, EMPTY_VIEW
+    tightest = row[21]
+    return _tree(row), TreeView(
+        live_pods=row[17],
+        agent_exists=row[18],
+        parent=None if row[19] is None else _node(row[19]),
+        parent_live_children=row[20],
+        tightest_cap=None if tightest is None else (tightest[0], Decimal(tightest[1])),
+    )
+
+
+def read_tree(conn: psycopg.Connection, root_id: str) -> tuple[TreeEnvelope | None, list[Node]]:
+    """The envelope and every ledger row of one tree (the CLI, the reconciler, tests); admission
+    reads only its :class:`TreeView` (:func:`read_view`)."""
     row = conn.execute(_SELECT_ENVELOPE, (root_id,)).fetchone()
     if row is None:
         return None, []
@@ -87,8 +136,8 @@ def read_tree(conn: psycopg.Connection, root_id: str, *, lock: bool = False) -> 
 def admit(conn: psycopg.Connection, req: PodRequest, now: datetime, *, dry_run: bool = False) -> Decision:
     """Decide and, when admitted and not a dry run, reserve — atomically per tree."""
     with conn.transaction():
-        tree, nodes = read_tree(conn, req.root_id, lock=True)
-        decision = decide(req, tree, nodes, now)
+        tree, view = read_view(conn, req)
+        decision = decide(req, tree, view, now)
         if not decision.allowed or dry_run:
             return decision
         if req.is_root:

@@ -198,6 +198,43 @@ def test_200_concurrent_admissions_with_room_for_50_admit_exactly_50(served: Ser
     assert f"root {root}" in denied[1] and "limit gpu_hours" in denied[1] and "0 left" in denied[1]
 
 
+@pytest.mark.parametrize(
+    ("limit", "envelope"),
+    [
+        # Limits counted from ledger rows, not from the envelope row's running totals: rows that
+        # another admission committed while this one waited for the lock must be counted.
+        ("live_pods", {"max_live_pods": 51, "max_fan_out": 1000}),  # the root is live too
+        ("fan_out", {"max_live_pods": 1000, "max_fan_out": 50}),
+    ],
+)
+def test_concurrent_admissions_respect_counted_limits(served: Served, limit: str, envelope: dict[str, int]) -> None:
+    root = rid()
+    env = json.dumps({"gpu_hours": "100000", "cost_usd": "1000000", "max_depth": 3, **envelope})
+    with served.client() as c:
+        r = post(
+            c,
+            served.url,
+            review(pod(root, root=root, agent=root, parent=None, depth=0, annotations={f"{P}/envelope": env})),
+        )
+        assert r["allowed"] is True, r
+    reviews = [review(pod(f"{root}-{i}", root=root, agent=f"{root}-{i}", parent=root, depth=1)) for i in range(200)]
+
+    def one(body: dict[str, Any]) -> bool:
+        with served.client() as c:
+            return bool(post(c, served.url, body)["allowed"])
+
+    with ThreadPoolExecutor(64) as ex:
+        results = list(ex.map(one, reviews))
+    assert results.count(True) == 50, limit
+    with served.pool.connection() as conn:
+        _, nodes = read_tree(conn, root)
+        reasons = conn.execute(
+            "SELECT DISTINCT lim FROM agents.budget_audit WHERE root_id = %s AND action = 'denied'", (root,)
+        ).fetchall()
+    assert len(nodes) == 51
+    assert reasons == [(limit,)]
+
+
 def test_dry_run_reserves_nothing_and_settle_frees_room(served: Served) -> None:
     root = rid()
     env = json.dumps({"gpu_hours": "2", "cost_usd": "100", "max_live_pods": 10, "max_depth": 3, "max_fan_out": 10})
