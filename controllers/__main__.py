@@ -1,6 +1,7 @@
 """``python -m controllers reaper`` (the orphan reaper loop, dry-run unless ``--no-dry-run``),
 ``python -m controllers budget-reconciler`` (the budget enforcement loop, dry-run unless
-``--no-dry-run``, its config from the site file's ``budget:`` section) and
+``--no-dry-run``, its config from the site file's ``budget:`` section),
+``python -m controllers budget-webhook`` (the budget admission webhook) and
 ``python -m controllers topology-webhook`` (the Kueue topology admission webhook)."""
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ class _Source:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # The webhooks have their own flags (cert, key, port, workers); hand the rest of the line over.
     if argv[:1] == ["topology-webhook"]:
-        # The webhook has its own flags (cert, key, port); hand the rest of the line to it.
         from controllers.topology_webhook import main as webhook_main
 
         return webhook_main(argv[1:])
+    if argv[:1] == ["budget-webhook"]:
+        from controllers.budget_webhook import main as budget_webhook_main
+
+        return budget_webhook_main(argv[1:])
     parser = argparse.ArgumentParser(
-        prog="python -m controllers", epilog="also: python -m controllers topology-webhook --help"
+        prog="python -m controllers",
+        epilog="also: python -m controllers topology-webhook --help, python -m controllers budget-webhook --help",
     )
     sub = parser.add_subparsers(dest="controller", required=True)
     reaper = sub.add_parser("reaper", help="delete pods orphaned by crashed agent orchestrators")

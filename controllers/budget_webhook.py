@@ -16,8 +16,11 @@ reconciler is the backstop for anything admitted outside the webhook.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -125,3 +128,72 @@ def make_app(
         return Response("ok")
 
     return Starlette(routes=[Route("/validate", validate, methods=["POST"]), Route("/healthz", healthz)])
+
+
+def app_from_environment() -> Starlette:
+    """uvicorn's app factory, run in every worker process: the ``budget:`` section of the site file
+    at ``$GPUFABRIC_CONFIG`` and the ledger at ``$GPUFABRIC_DATABASE_URL`` (:func:`main` sets both,
+    so every worker sees the same file and database the parent checked)."""
+    from connectors.warehouse.warehouse import ENV_DATABASE_URL
+    from pipelines.settings.budget import load_budget_config
+
+    _, config = load_budget_config()
+    # One admission at a time per worker: a second connection only stands by for a broken one.
+    return make_app(config, ConnectionPool(os.environ[ENV_DATABASE_URL], size=2))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m controllers budget-webhook``: serve HTTPS until SIGTERM."""
+    import argparse
+
+    import uvicorn
+
+    from connectors.warehouse import open_warehouse
+    from connectors.warehouse.warehouse import ENV_DATABASE_URL
+    from pipelines.settings import SettingsError
+    from pipelines.settings.budget import ENV_CONFIG, default_settings_path, load_budget_config
+
+    parser = argparse.ArgumentParser(
+        prog="python -m controllers budget-webhook",
+        description="Validating webhook for pod CREATE: deny pods that would take an agent tree past its envelope.",
+    )
+    parser.add_argument("--cert", type=Path, required=True, help="TLS certificate (PEM)")
+    parser.add_argument("--key", type=Path, required=True, help="TLS private key (PEM)")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8443)
+    parser.add_argument(
+        "--workers", type=int, default=2, help="worker processes; each admits one request at a time (default 2)"
+    )
+    parser.add_argument("--config", type=Path, help="site file (default $GPUFABRIC_CONFIG or ./gpufabric.yaml)")
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    for path in (args.cert, args.key):
+        if not path.is_file():
+            parser.error(f"{path}: no such file")
+    config_path = args.config or default_settings_path()
+    try:
+        load_budget_config(config_path)  # fail here, once, with the file's line, not in every worker
+    except (SettingsError, OSError) as err:
+        print(f"budget-webhook: {err}", file=sys.stderr)
+        return 2
+    warehouse = open_warehouse()  # embedded by default; migrates the ledger's schema
+    os.environ[ENV_CONFIG] = str(config_path.resolve())
+    os.environ[ENV_DATABASE_URL] = warehouse.libpq_url
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    uvicorn.run(
+        "controllers.budget_webhook:app_from_environment",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        ssl_certfile=str(args.cert),
+        ssl_keyfile=str(args.key),
+        log_level="info",
+        access_log=False,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -20,6 +20,9 @@ def test_topology_webhook_and_reaper_are_reachable() -> None:
     assert webhook.returncode == 0 and "--cert" in webhook.stdout and "--key" in webhook.stdout
     reaper = _help("reaper")
     assert reaper.returncode == 0 and "--no-dry-run" in reaper.stdout
+    budget = _help("budget-webhook")
+    assert budget.returncode == 0 and "--workers" in budget.stdout and "--config" in budget.stdout
+    assert "budget-webhook" in _help().stdout
 
 
 def test_budget_reconciler_is_reachable_and_dry_run_by_default() -> None:
