@@ -151,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from connectors.warehouse import open_warehouse
     from connectors.warehouse.warehouse import ENV_DATABASE_URL
     from pipelines.settings import SettingsError
-    from pipelines.settings.budget import ENV_CONFIG, default_settings_path, load_budget_config
+    from pipelines.settings.budget import load_budget_config
+    from pipelines.settings.loading import ENV_CONFIG, default_settings_path
 
     parser = argparse.ArgumentParser(
         prog="python -m controllers budget-webhook",

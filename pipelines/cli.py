@@ -224,10 +224,9 @@ def config_validate(
     file: Annotated[Path | None, typer.Argument(help="default: $GPUFABRIC_CONFIG or ./gpufabric.yaml")] = None,
 ) -> None:
     """Validate a site file; every problem is listed as file:line: field: reason."""
-    from pipelines.resources import default_config_path
-    from pipelines.settings import load_settings
+    from pipelines.settings import default_settings_path, load_settings
 
-    path = file or default_config_path()
+    path = file or default_settings_path()
     settings = load_settings(path)
     s = settings.sources
     out.print(

@@ -28,8 +28,7 @@ GraceOpt = Annotated[float, typer.Option(help="seconds after a Lease expires bef
 def _connect(kubeconfig: Path | None, cluster: str | None) -> tuple[Any, str]:
     """An ApiClient and the label prefix, from a kubeconfig or the site file."""
     from connectors.kube import api_client
-    from pipelines.resources import default_config_path
-    from pipelines.settings import SettingsError, load_settings
+    from pipelines.settings import SettingsError, default_settings_path, load_settings
 
     if kubeconfig is not None:
         from dataclasses import dataclass
@@ -43,12 +42,12 @@ def _connect(kubeconfig: Path | None, cluster: str | None) -> tuple[Any, str]:
 
         prefix = "gpufabric.io"
         try:
-            prefix = load_settings(default_config_path()).label_prefix
+            prefix = load_settings(default_settings_path()).label_prefix
         except (SettingsError, FileNotFoundError):
             pass  # a bare kubeconfig works without a site file
         return api_client(Source(kubeconfig)), prefix
     try:
-        settings = load_settings(default_config_path())
+        settings = load_settings(default_settings_path())
     except (SettingsError, FileNotFoundError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(1) from None

@@ -26,10 +26,9 @@ err = Console(stderr=True)
 
 
 def _settings(config: Path | None) -> Any:
-    from pipelines.resources import default_config_path
-    from pipelines.settings import load_settings
+    from pipelines.settings import default_settings_path, load_settings
 
-    return load_settings(config or default_config_path())
+    return load_settings(config or default_settings_path())
 
 
 def _source(settings: Any, cluster: str | None) -> Any:

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
 from pydantic import PrivateAttr
 
-from connectors.warehouse import Warehouse, data_dir, open_warehouse
-from pipelines.settings import Settings, load_settings
-
-ENV_CONFIG = "GPUFABRIC_CONFIG"
-
-
-def default_config_path() -> Path:
-    """``GPUFABRIC_CONFIG``; else ``./gpufabric.yaml``; else the simulated site of the last
-    ``gpufabric sim up`` (so ``make ui`` after ``make demo`` shows the demo's sources)."""
-    if os.environ.get(ENV_CONFIG):
-        return Path(os.environ[ENV_CONFIG])
-    local = Path("gpufabric.yaml")
-    simulated = data_dir() / "sim" / "gpufabric.yaml"
-    return simulated if not local.exists() and simulated.exists() else local
+from connectors.warehouse import Warehouse, open_warehouse
+from pipelines.settings import Settings, default_settings_path, load_settings
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -44,5 +31,5 @@ class SiteConfigResource(dg.ConfigurableResource):
 
     def get(self) -> Settings:
         if self._settings is None:
-            self._settings = load_settings(Path(self.path) if self.path else default_config_path())
+            self._settings = load_settings(Path(self.path) if self.path else default_settings_path())
         return self._settings

@@ -23,7 +23,6 @@ by the connector that needs the value, at the moment it needs it.
 
 from pipelines.settings.budget import (
     budget_config_from_settings,
-    default_settings_path,
     load_budget_config,
     settlement_policy_from_settings,
 )
@@ -37,6 +36,7 @@ from pipelines.settings.errors import (
     SettingsError,
 )
 from pipelines.settings.loading import (
+    default_settings_path,
     load_settings,
     parse_settings,
 )

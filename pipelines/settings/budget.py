@@ -10,28 +10,12 @@ must never disagree.
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
 from pathlib import Path
 
 from core.budget import BudgetConfig, Envelope, SettlementPolicy, Unlabeled
-from pipelines.settings.loading import load_settings
+from pipelines.settings.loading import default_settings_path, load_settings
 from pipelines.settings.models import BudgetSettings, EnvelopeDefaults, Settings
-
-ENV_CONFIG = "GPUFABRIC_CONFIG"
-
-
-def default_settings_path() -> Path:
-    """``GPUFABRIC_CONFIG``; else ``./gpufabric.yaml``; else the simulated site of the last
-    ``gpufabric sim up`` — the same resolution as ``pipelines.resources.default_config_path``,
-    without importing Dagster (the controllers' images start fast and small)."""
-    if os.environ.get(ENV_CONFIG):
-        return Path(os.environ[ENV_CONFIG])
-    from connectors.warehouse import data_dir
-
-    local = Path("gpufabric.yaml")
-    simulated = data_dir() / "sim" / "gpufabric.yaml"
-    return simulated if not local.exists() and simulated.exists() else local
 
 
 def _envelope(d: EnvelopeDefaults) -> Envelope:

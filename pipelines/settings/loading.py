@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import types
 import typing
@@ -547,6 +548,22 @@ def _unknown_key(loc: tuple[str | int, ...]) -> str:
 # --------------------------------------------------------------------------------------------
 # Entry points
 # --------------------------------------------------------------------------------------------
+
+
+ENV_CONFIG = "GPUFABRIC_CONFIG"
+
+
+def default_settings_path() -> Path:
+    """``GPUFABRIC_CONFIG``; else ``./gpufabric.yaml``; else the simulated site of the last
+    ``gpufabric sim up`` (so ``make ui`` after ``make demo`` shows the demo's sources). Free of
+    Dagster: the controllers use it too."""
+    if os.environ.get(ENV_CONFIG):
+        return Path(os.environ[ENV_CONFIG])
+    from connectors.warehouse import data_dir
+
+    local = Path("gpufabric.yaml")
+    simulated = data_dir() / "sim" / "gpufabric.yaml"
+    return simulated if not local.exists() and simulated.exists() else local
 
 
 def load_settings(path: str | Path) -> Settings:
