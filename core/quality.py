@@ -7,6 +7,7 @@ reason, and the asset writes the rejects to ``ops.quarantine``.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -29,6 +30,29 @@ class CollectionStatus(StrEnum):
     NO_DATA = "no_data"  # answered, but had nothing (e.g. an empty LLDP table)
     INVALID = "invalid"  # answered with nothing usable; everything quarantined
     ERROR = "error"
+
+
+@dataclass
+class LandingTally:
+    """A collection run's counts as its asset reports them: devices by status, rows landed and
+    rows quarantined, added up as each device lands."""
+
+    statuses: Counter[str] = field(default_factory=Counter)
+    landed: int = 0
+    quarantined: int = 0
+
+    def add(self, status: CollectionStatus, landed: int, quarantined: int) -> None:
+        self.statuses[str(status)] += 1
+        self.landed += landed
+        self.quarantined += quarantined
+
+    def counts(self) -> dict[str, Any]:
+        return {
+            "devices": sum(self.statuses.values()),
+            "statuses": dict(self.statuses),
+            "neighbors": self.landed,
+            "quarantined": self.quarantined,
+        }
 
 
 @dataclass(frozen=True)

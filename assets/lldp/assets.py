@@ -8,7 +8,6 @@ No ``from __future__ import annotations`` here: Dagster reads the context annota
 """
 
 import itertools
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +18,7 @@ import psycopg
 from connectors.snmp import SOURCE, CollectionStats, LldpCollection, SnmpTarget, collect
 from connectors.warehouse import land_collection, replace_rows
 from core.lldp import LldpNeighbor
-from core.quality import CollectionStatus
+from core.quality import CollectionStatus, LandingTally
 from pipelines.resources import SiteConfigResource, WarehouseResource
 from pipelines.resources_snmp import SnmpCollectorResource
 from pipelines.settings import SecretError, Switch
@@ -235,24 +234,16 @@ def collect_and_land(
     started = datetime.now(UTC)
     targets, failed = targets_from(switches)
     addresses = {s.name: s.address for s in switches}
-    statuses: Counter[str] = Counter()
-    landed = quarantined = interfaces = 0
+    tally = LandingTally()
+    interfaces = 0
     for c in itertools.chain(failed, collect(targets, options, stats)):
         n, q = land_device(conn, run_id, c, addresses.get(c.device, ""), started)
-        statuses[str(c.status)] += 1
-        landed += n
-        quarantined += q
+        tally.add(c.status, n, q)
         interfaces += len(c.interfaces)
         if log is not None:
             extra = f" ({c.detail})" if c.detail else ""
             log.info("%s: %s%s, %d neighbours, %d quarantined", c.device, c.status, extra, n, q)
-    return {
-        "devices": len(targets) + len(failed),
-        "statuses": dict(statuses),
-        "neighbors": landed,
-        "quarantined": quarantined,
-        "interfaces": interfaces,
-    }
+    return {**tally.counts(), "interfaces": interfaces}
 
 
 @dg.asset(

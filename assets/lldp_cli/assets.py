@@ -25,10 +25,9 @@ from connectors.lldpctl import HostFilter, parse_lldpctl
 from connectors.ssh import CliCollection, SshOptions, SshTarget, collect
 from connectors.ssh.collector import status_of
 from connectors.ssh.parsers import CliParse, check_output
-from connectors.warehouse import replace_rows
-from connectors.warehouse.loader import record_status, write_quarantine
+from connectors.warehouse import land_collection
 from core.lldp import LldpNeighbor
-from core.quality import CollectionStatus, Quarantined
+from core.quality import CollectionStatus, LandingTally, Quarantined
 from pipelines.resources import SiteConfigResource, WarehouseResource
 from pipelines.settings import SecretError, Switch
 
@@ -87,32 +86,20 @@ def land(
     detail: str | None,
 ) -> tuple[int, int]:
     """One device atomically: raw rows (replacing this run's rows of this collector), quarantine, status."""
-    collected_at = datetime.now(UTC)
-    with conn.transaction():
-        _, landed = replace_rows(
-            conn,
-            TABLE,
-            {"run_id": run_id, "source": device, "collector": collector},
-            OBSERVATION_COLUMNS,
-            observation_rows(run_id, collected_at, device, platform, collector, neighbors),
-        )
-        conn.execute(
-            "DELETE FROM ops.quarantine WHERE run_id = %s AND source = %s AND device = %s", (run_id, collector, device)
-        )
-        held = write_quarantine(conn, run_id, quarantined)
-        record_status(
-            conn,
-            run_id=run_id,
-            source=collector,
-            device=device,
-            status=status,
-            started_at=started_at,
-            finished_at=datetime.now(UTC),
-            rows_landed=landed,
-            rows_quarantined=held,
-            detail=detail,
-        )
-    return landed, held
+    return land_collection(
+        conn,
+        run_id=run_id,
+        source=collector,
+        device=device,
+        table=TABLE,
+        columns=OBSERVATION_COLUMNS,
+        rows=observation_rows(run_id, datetime.now(UTC), device, platform, collector, neighbors),
+        quarantined=quarantined,
+        status=status,
+        started_at=started_at,
+        detail=detail,
+        key={"collector": collector},  # SNMP rows of the same switch and run share the table
+    )
 
 
 def collect_and_land(
@@ -125,10 +112,9 @@ def collect_and_land(
 ) -> dict[str, Any]:
     started = datetime.now(UTC)
     targets, failed = targets_from(switches, timeout_s)
-    statuses: Counter[str] = Counter()
-    landed = quarantined = 0
+    tally = LandingTally()
     for c in itertools.chain(failed, collect(targets, options, progress)):
-        n, q = land(
+        landed = land(
             conn,
             run_id=run_id,
             collector="cli",
@@ -140,15 +126,8 @@ def collect_and_land(
             started_at=started,
             detail=c.detail,
         )
-        statuses[str(c.status)] += 1
-        landed += n
-        quarantined += q
-    return {
-        "devices": len(targets) + len(failed),
-        "statuses": dict(statuses),
-        "neighbors": landed,
-        "quarantined": quarantined,
-    }
+        tally.add(c.status, *landed)
+    return tally.counts()
 
 
 def land_lldpctl_files(
@@ -157,8 +136,8 @@ def land_lldpctl_files(
     """Host-side: one ``<host>.json`` file of ``lldpctl -f json`` per GPU host (collected over SSH
     or dropped by a DaemonSet); the host name is the file stem."""
     started = datetime.now(UTC)
-    statuses: Counter[str] = Counter()
-    landed = quarantined = dropped = 0
+    tally = LandingTally()
+    dropped = 0
     rails: dict[str, dict[str, int]] = {}
     for path in paths:
         host = path.stem
@@ -183,7 +162,7 @@ def land_lldpctl_files(
             dropped += len(result.dropped)
             rails[host] = result.rails
         status = status_of(parse)
-        n, q = land(
+        landed = land(
             conn,
             run_id=run_id,
             collector="lldpctl",
@@ -195,17 +174,9 @@ def land_lldpctl_files(
             started_at=started,
             detail=parse.quarantined[0].reason if status is CollectionStatus.INVALID else None,
         )
-        statuses[str(status)] += 1
-        landed += n
-        quarantined += q
-    return {
-        "hosts": len(paths),
-        "statuses": dict(statuses),
-        "neighbors": landed,
-        "quarantined": quarantined,
-        "interfaces_dropped": dropped,
-        "rails": rails,
-    }
+        tally.add(status, *landed)
+    counts = tally.counts()
+    return {"hosts": counts.pop("devices"), **counts, "interfaces_dropped": dropped, "rails": rails}
 
 
 @dg.asset(
