@@ -7,10 +7,12 @@ asyncio (uvloop when installed) loop writing pre-rendered HTTP/1.1 requests over
 connections: tens of microseconds of client CPU per request.
 
 Open loop: request ``i`` is due at ``start + i / rate`` and is sent then whether or not earlier
-answers have come back (a new connection is opened when every open one is busy); its latency is
-counted from when it was due, so a server that falls behind cannot slow the load down and hide
-its queue (no coordinated omission). Connections are opened and warmed (one untimed request each)
-before the clock starts, so TLS handshakes are not in the figures.
+answers have come back; its latency is counted from when it was due, so a server that falls
+behind cannot slow the load down and hide its queue (no coordinated omission). Requests go over
+at most ``max_connections`` keep-alive connections, opened and warmed (one untimed request each)
+before the clock starts, as the API server keeps a pool of connections to a webhook rather than
+a handshake per call; a request due while all are busy waits for one, and that wait counts
+in its latency.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class LoadSpec:
     cafile: str
     rate: float
     bodies: list[bytes]  # the first ``warm`` are sent untimed, one per connection
-    warm: int = 32
+    warm: int = 32  # also the number of connections opened before the clock starts
+    max_connections: int = 64
     expect: bytes | None = None  # a response body must contain this (e.g. b'"allowed":true')
     server_name: str = "localhost"
 
@@ -78,23 +81,29 @@ async def _run(spec: LoadSpec) -> LoadResult:
     ctx = ssl.create_default_context(cafile=spec.cafile)
     requests = [_request(spec, b) for b in spec.bodies]
     warm, timed = requests[: spec.warm], requests[spec.warm :]
-    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    idle: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
     result = LoadResult([0.0] * len(timed))
 
-    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        result.connections += 1
+    async def connect(counted: bool = False) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if not counted:
+            result.connections += 1
         return await asyncio.open_connection(spec.host, spec.port, ssl=ctx, server_hostname=spec.server_name)
 
     conns = await asyncio.gather(*(connect() for _ in range(spec.warm)))
     for status, body in await asyncio.gather(*(_exchange(c, r) for c, r in zip(conns, warm, strict=True))):
         if status != 200:
             result.errors.append(f"warm-up: HTTP {status} {body[:200]!r}")
-    idle.extend(conns)
+    for conn in conns:
+        idle.put_nowait(conn)
 
     start = time.perf_counter() + 0.05
 
     async def one(i: int, due: float) -> None:
-        conn = idle.pop() if idle else await connect()
+        if idle.empty() and result.connections < spec.max_connections:
+            result.connections += 1  # counted before the await, so concurrent callers see it
+            conn = await connect(counted=True)
+        else:
+            conn = await idle.get()
         try:
             status, body = await _exchange(conn, timed[i])
         except (OSError, asyncio.IncompleteReadError, ValueError) as err:
@@ -104,7 +113,7 @@ async def _run(spec: LoadSpec) -> LoadResult:
         result.latencies_s[i] = time.perf_counter() - due
         if status != 200 or (spec.expect is not None and spec.expect not in body):
             result.errors.append(f"request {i}: HTTP {status} {body[:300]!r}")
-        idle.append(conn)
+        idle.put_nowait(conn)
 
     tasks = []
     for i in range(len(timed)):
@@ -114,8 +123,8 @@ async def _run(spec: LoadSpec) -> LoadResult:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(i, due)))
     await asyncio.gather(*tasks)
-    for _, writer in idle:
-        writer.close()
+    while not idle.empty():
+        idle.get_nowait()[1].close()
     return result
 
 
