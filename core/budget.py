@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from core.finops.gpu import MIG_POLICY, effective_requests, parse_gpu_requests
@@ -82,6 +83,13 @@ class BudgetConfig:
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}"
+
+    @cached_property
+    def keys(self) -> Mapping[str, str]:
+        """Every label and annotation key admission reads, prefixed once (admission's hot path)."""
+        names = ("agent-id", "root-id", "parent-id", "depth", "client", "tier", "agent-type", "expected-hours",
+                 "subtree-gpu-hours", "envelope")  # fmt: skip
+        return {n: self.key(n) for n in names}
 
     def governs(self, namespace: str) -> bool:
         return self.governed_namespaces is None or namespace in self.governed_namespaces
@@ -206,34 +214,34 @@ def parse_pod(pod: Any, namespace: str, config: BudgetConfig) -> PodRequest | De
         return Denial(f"pod {namespace}/{name}: cannot price GPU requests {sorted(gpu.unknown)}")
     units = Decimal(gpu.slice_units(MIG_POLICY)) / Decimal(MIG_POLICY.denominator)
 
-    k = config.key
-    ancestry = [k("agent-id"), k("root-id"), k("parent-id"), k("depth")]
+    k = config.keys
+    ancestry = [k["agent-id"], k["root-id"], k["parent-id"], k["depth"]]
     unlabeled = not any(a in labels for a in ancestry)
     if unlabeled:
         if config.unlabeled is Unlabeled.DENY:
             return Denial(
-                f"pod {namespace}/{name} has no ancestry labels ({k('root-id')}) in governed namespace {namespace}"
+                f"pod {namespace}/{name} has no ancestry labels ({k['root-id']}) in governed namespace {namespace}"
             )
         # Defaulted: its own one-pod tree, attributed to the namespace.
         labels = {
-            k("agent-id"): name,
-            k("root-id"): name,
-            k("depth"): "0",
-            k("client"): labels.get(k("client"), namespace),
-            k("tier"): labels.get(k("tier"), "standard"),
-            k("agent-type"): labels.get(k("agent-type"), "unlabeled"),
+            k["agent-id"]: name,
+            k["root-id"]: name,
+            k["depth"]: "0",
+            k["client"]: labels.get(k["client"], namespace),
+            k["tier"]: labels.get(k["tier"], "standard"),
+            k["agent-type"]: labels.get(k["agent-type"], "unlabeled"),
         }
-    missing = [a for a in (k("agent-id"), k("root-id"), k("depth"), k("client"), k("tier")) if not labels.get(a)]
+    missing = [a for a in (k["agent-id"], k["root-id"], k["depth"], k["client"], k["tier"]) if not labels.get(a)]
     if missing:
         return Denial(f"pod {namespace}/{name}: missing ancestry labels {missing}")
-    values = {a: str(labels.get(a, "")) for a in (*ancestry, k("client"), k("tier"), k("agent-type"))}
+    values = {a: str(labels.get(a, "")) for a in (*ancestry, k["client"], k["tier"], k["agent-type"])}
     for a, v in values.items():
         if v and not _LABEL_VALUE_RE.fullmatch(v):
             return Denial(f"pod {namespace}/{name}: label {a}={v!r} is not a valid label value")
-    agent_id, root_id = values[k("agent-id")], values[k("root-id")]
-    parent_id = values[k("parent-id")] or None
+    agent_id, root_id = values[k["agent-id"]], values[k["root-id"]]
+    parent_id = values[k["parent-id"]] or None
     try:
-        depth = _int(values[k("depth")], k("depth"))
+        depth = _int(values[k["depth"]], k["depth"])
     except ValueError as err:
         return Denial(f"pod {namespace}/{name}: {err}")
     if depth > HARD_MAX_DEPTH:
@@ -241,7 +249,7 @@ def parse_pod(pod: Any, namespace: str, config: BudgetConfig) -> PodRequest | De
     is_root = parent_id is None
     if is_root and (depth != 0 or root_id != agent_id):
         return Denial(
-            f"pod {namespace}/{name}: no {k('parent-id')} but depth={depth}, root-id={root_id}, agent-id={agent_id}: "
+            f"pod {namespace}/{name}: no {k['parent-id']} but depth={depth}, root-id={root_id}, agent-id={agent_id}: "
             "a root has depth 0 and is its own root"
         )
     if not is_root and (depth == 0 or root_id == agent_id or parent_id == agent_id):
@@ -249,19 +257,19 @@ def parse_pod(pod: Any, namespace: str, config: BudgetConfig) -> PodRequest | De
             f"pod {namespace}/{name}: inconsistent ancestry (agent {agent_id}, parent {parent_id}, root {root_id}, "
             f"depth {depth}): cycle or self-parent"
         )
-    agent_type = values[k("agent-type")] or "unknown"
+    agent_type = values[k["agent-type"]] or "unknown"
     try:
-        hours_text = annotations.get(k("expected-hours"))
+        hours_text = annotations.get(k["expected-hours"])
         hours = (
-            _decimal(hours_text, k("expected-hours"))
+            _decimal(hours_text, k["expected-hours"])
             if hours_text is not None
             else config.expected_hours.get(agent_type, config.default_expected_hours)
         )
-        cap_text = annotations.get(k("subtree-gpu-hours"))
-        cap = _decimal(cap_text, k("subtree-gpu-hours")) if cap_text is not None else None
+        cap_text = annotations.get(k["subtree-gpu-hours"])
+        cap = _decimal(cap_text, k["subtree-gpu-hours"]) if cap_text is not None else None
     except ValueError as err:
         return Denial(f"pod {namespace}/{name}: {err}")
-    client, tier = values[k("client")], values[k("tier")]
+    client, tier = values[k["client"]], values[k["tier"]]
     rate = config.rate(tier)
     if rate is None:
         return Denial(f"pod {namespace}/{name}: no GPU-hour rate configured for tier {tier!r}")
@@ -270,7 +278,7 @@ def parse_pod(pod: Any, namespace: str, config: BudgetConfig) -> PodRequest | De
     source = ""
     if is_root:
         base = config.default_envelope(client, tier)
-        text = annotations.get(k("envelope"))
+        text = annotations.get(k["envelope"])
         if text is not None:
             try:
                 envelope = parse_envelope(str(text), base)
@@ -281,7 +289,7 @@ def parse_pod(pod: Any, namespace: str, config: BudgetConfig) -> PodRequest | De
             envelope, source = base, "config"
         else:
             return Denial(
-                f"root {root_id}: no envelope (no {k('envelope')} annotation "
+                f"root {root_id}: no envelope (no {k['envelope']} annotation "
                 f"and no default for client {client!r} tier {tier!r})"
             )
     return PodRequest(

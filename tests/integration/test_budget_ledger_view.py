@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors.warehouse.ledger import read_tree, read_view
+from connectors.warehouse.ledger import ConnectionPool, _call, read_tree, read_view
 from core.budget import PodRequest, view_of
 
 pytestmark = pytest.mark.integration
@@ -112,3 +112,35 @@ def test_sql_view_equals_the_policy_view_on_random_trees(warehouse: Any) -> None
                 checked += 1
                 capped += got.tightest_cap is not None
     assert checked > 90 and capped > 10  # the caps path was exercised, not just the no-cap one
+
+
+HOSTILE = [
+    "",
+    "plain",
+    "it's",
+    "''; DROP TABLE agents.ledger; --",
+    "back\\slash\\'",
+    "$$dollar$$",
+    "E'\\x41'",
+    "line\nbreak\ttab\r",
+    "ünïcödé ✓ 😀",
+    "a" * 10_000,
+]
+
+
+def test_literals_reach_postgres_unchanged(warehouse: Any) -> None:
+    """Admission sends its values as literals (two statements per round trip need the simple
+    protocol): whatever a pod manifest carries must arrive as that text and nothing else."""
+    pool = ConnectionPool(warehouse.libpq_url, size=1)
+    try:
+        with pool.connection() as conn:
+            for text in HOSTILE:
+                got = conn.execute(
+                    _call("SELECT {}::text, {}::numeric, {}::timestamptz, {}", text, Decimal("-1.5"), NOW, None)
+                ).fetchone()
+                assert got == (text, Decimal("-1.5"), NOW, None), text
+            assert conn.execute("SELECT count(*) FROM agents.ledger").fetchone() is not None  # still there
+    finally:
+        pool.close()
+    with pytest.raises(ValueError, match="NUL"):
+        _call("SELECT {}", "nul\x00byte")
