@@ -7,10 +7,7 @@ and created on the twin only when admitted — what the API server would do.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import ssl
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +29,7 @@ from simulator.generator import generate
 from simulator.kube import start
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
+from simulator.up import stop_pids
 from tests.integration.test_budget_webhook import post, review, serve_https
 
 pytestmark = pytest.mark.integration
@@ -57,14 +55,7 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.CoreV1Api]
         yield client.CoreV1Api(api)
     finally:
         api.close()
-        os.kill(run.pids[0], signal.SIGTERM)
-        for _ in range(100):
-            try:
-                if os.waitpid(run.pids[0], os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:
-                break
-            time.sleep(0.05)
+        stop_pids(run.pids)
 
 
 def live(core: client.CoreV1Api, root: str) -> int:

@@ -25,6 +25,7 @@ from simulator.generator import generate
 from simulator.kube import start
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
+from simulator.up import stop_pids
 
 pytestmark = pytest.mark.integration
 NS = "agents"
@@ -87,14 +88,7 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[client.Core
         yield client.CoreV1Api(api), kubeconfig
     finally:
         api.close()
-        os.kill(run.pids[0], signal.SIGTERM)
-        for _ in range(100):
-            try:
-                if os.waitpid(run.pids[0], os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:
-                break
-            time.sleep(0.05)
+        stop_pids(run.pids)
 
 
 def _pods(core: client.CoreV1Api, root: str) -> dict[str, Any]:

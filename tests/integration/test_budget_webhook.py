@@ -164,11 +164,11 @@ def rid() -> str:
     return f"r{uuid.uuid4().hex[:12]}"
 
 
-def test_200_concurrent_admissions_with_room_for_50_admit_exactly_50(served: Served) -> None:
+def admit_200_concurrently(served: Served, envelope: dict[str, Any]) -> tuple[str, list[bool]]:
+    """A root with ``envelope`` (JSON annotation), then 200 one-GPU children posted from 64
+    threads at once; returns the root and which children were admitted."""
     root = rid()
-    env = json.dumps(
-        {"gpu_hours": "51", "cost_usd": "1000", "max_live_pods": 1000, "max_depth": 3, "max_fan_out": 1000}
-    )
+    env = json.dumps({"cost_usd": "1000", "max_depth": 3, **envelope})
     with served.client() as c:
         r = post(
             c,
@@ -176,7 +176,6 @@ def test_200_concurrent_admissions_with_room_for_50_admit_exactly_50(served: Ser
             review(pod(root, root=root, agent=root, parent=None, depth=0, annotations={f"{P}/envelope": env})),
         )
         assert r["allowed"] is True, r
-    # the root holds 1 GPU-h: exactly 50 one-GPU-hour children fit.
     reviews = [review(pod(f"{root}-{i}", root=root, agent=f"{root}-{i}", parent=root, depth=1)) for i in range(200)]
 
     def one(body: dict[str, Any]) -> bool:
@@ -184,7 +183,12 @@ def test_200_concurrent_admissions_with_room_for_50_admit_exactly_50(served: Ser
             return bool(post(c, served.url, body)["allowed"])
 
     with ThreadPoolExecutor(64) as ex:
-        results = list(ex.map(one, reviews))
+        return root, list(ex.map(one, reviews))
+
+
+def test_200_concurrent_admissions_with_room_for_50_admit_exactly_50(served: Served) -> None:
+    # the root holds 1 GPU-h: exactly 50 one-GPU-hour children fit.
+    root, results = admit_200_concurrently(served, {"gpu_hours": "51", "max_live_pods": 1000, "max_fan_out": 1000})
     assert results.count(True) == 50
     with served.pool.connection() as conn:
         tree, nodes = read_tree(conn, root)
@@ -208,23 +212,7 @@ def test_200_concurrent_admissions_with_room_for_50_admit_exactly_50(served: Ser
     ],
 )
 def test_concurrent_admissions_respect_counted_limits(served: Served, limit: str, envelope: dict[str, int]) -> None:
-    root = rid()
-    env = json.dumps({"gpu_hours": "100000", "cost_usd": "1000000", "max_depth": 3, **envelope})
-    with served.client() as c:
-        r = post(
-            c,
-            served.url,
-            review(pod(root, root=root, agent=root, parent=None, depth=0, annotations={f"{P}/envelope": env})),
-        )
-        assert r["allowed"] is True, r
-    reviews = [review(pod(f"{root}-{i}", root=root, agent=f"{root}-{i}", parent=root, depth=1)) for i in range(200)]
-
-    def one(body: dict[str, Any]) -> bool:
-        with served.client() as c:
-            return bool(post(c, served.url, body)["allowed"])
-
-    with ThreadPoolExecutor(64) as ex:
-        results = list(ex.map(one, reviews))
+    root, results = admit_200_concurrently(served, {"gpu_hours": "100000", "cost_usd": "1000000", **envelope})
     assert results.count(True) == 50, limit
     with served.pool.connection() as conn:
         _, nodes = read_tree(conn, root)
