@@ -34,19 +34,9 @@ def _tree(row: tuple[Any, ...]) -> TreeEnvelope:
     env = Envelope(Decimal(row[4]), Decimal(row[5]), row[6], row[7], row[8], row[9])
     reserved_h, reserved_c, spent_h, spent_c, observed_h, observed_c = (Decimal(v) for v in row[10:16])
     return TreeEnvelope(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        env,
-        reserved_h,
-        reserved_c,
-        spent_h,
-        spent_c,
-        observed_h,
-        observed_c,
+        row[0], row[1], row[2], row[3], env, reserved_h, reserved_c, spent_h, spent_c, observed_h, observed_c,
         state=row[16],
-    )
+    )  # fmt: skip
 
 
 def _node(r: list[Any]) -> Node:
@@ -87,14 +77,16 @@ def _view(row: tuple[Any, ...] | None) -> tuple[TreeEnvelope | None, TreeView]:
     )
 
 
+def _view_call(req: PodRequest) -> str:
+    return _call("SELECT * FROM agents.admission_view({}, {}, {})", req.root_id, req.parent_id or "", req.agent_id)
+
+
 def read_view(conn: psycopg.Connection, req: PodRequest) -> tuple[TreeEnvelope | None, TreeView]:
     """The envelope of ``req``'s tree, locked until the transaction ends, and the request's
     :class:`TreeView` (``agents.admission_view``, migration 0012): what admission decides on,
-    without reading the whole tree. Call it inside a transaction."""
-    row = conn.execute(
-        "SELECT * FROM agents.admission_view(%s, %s, %s)", (req.root_id, req.parent_id or "", req.agent_id)
-    ).fetchone()
-    return _view(row)
+    without reading the whole tree. Call it inside a transaction; :func:`admit` sends the same
+    call with its ``BEGIN``."""
+    return _view(conn.execute(_view_call(req)).fetchone())
 
 
 def read_tree(conn: psycopg.Connection, root_id: str) -> tuple[TreeEnvelope | None, list[Node]]:
@@ -121,11 +113,7 @@ def admit(conn: psycopg.Connection, req: PodRequest, now: datetime, *, dry_run: 
     if not conn.autocommit:
         raise ValueError("admit() needs an autocommit connection: it opens and commits its own transaction")
     try:
-        cur = conn.execute(
-            _call(
-                "BEGIN; SELECT * FROM agents.admission_view({}, {}, {})", req.root_id, req.parent_id or "", req.agent_id
-            )
-        )
+        cur = conn.execute("BEGIN; " + _view_call(req))
         cur.nextset()  # past BEGIN's result to the view's
         tree, view = _view(cur.fetchone())
         decision = decide(req, tree, view, now)
