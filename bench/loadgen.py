@@ -84,9 +84,8 @@ async def _run(spec: LoadSpec) -> LoadResult:
     idle: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
     result = LoadResult([0.0] * len(timed))
 
-    async def connect(counted: bool = False) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if not counted:
-            result.connections += 1
+    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        result.connections += 1  # before the first await: concurrent callers see it at once
         return await asyncio.open_connection(spec.host, spec.port, ssl=ctx, server_hostname=spec.server_name)
 
     conns = await asyncio.gather(*(connect() for _ in range(spec.warm)))
@@ -99,11 +98,7 @@ async def _run(spec: LoadSpec) -> LoadResult:
     start = time.perf_counter() + 0.05
 
     async def one(i: int, due: float) -> None:
-        if idle.empty() and result.connections < spec.max_connections:
-            result.connections += 1  # counted before the await, so concurrent callers see it
-            conn = await connect(counted=True)
-        else:
-            conn = await idle.get()
+        conn = await (connect() if idle.empty() and result.connections < spec.max_connections else idle.get())
         try:
             status, body = await _exchange(conn, timed[i])
         except (OSError, asyncio.IncompleteReadError, ValueError) as err:
