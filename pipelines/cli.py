@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -207,11 +205,13 @@ def sim_up(
 @sim_app.command("down")
 @clear_errors
 def sim_down() -> None:
-    """Stop every twin that `sim up` started."""
+    """Stop every twin of this data dir: the ones `sim up` started and any other recorded twin
+    (a killed test run's, a crashed command's)."""
     from connectors.warehouse import data_dir
+    from simulator.twin import reap
     from simulator.up import sim_down as _down
 
-    stopped = _down(data_dir() / "sim")
+    stopped = _down(data_dir() / "sim") + reap(data_dir(), only_orphaned=False)
     out.print(f"stopped {stopped} twin process(es)" if stopped else "no twins were running")
 
 
@@ -251,7 +251,9 @@ def run(
 ) -> None:
     """Materialize assets in-process; the run is recorded in the Dagster instance the UI shows."""
     from pipelines.runner import run_assets
+    from services.processes import install_stop_handlers
 
+    install_stop_handlers()
     if config:
         os.environ["GPUFABRIC_CONFIG"] = str(config.resolve())
     outcome = run_assets(select, console=err)
@@ -280,7 +282,9 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     """Simulate a cluster, run every asset on the embedded defaults, and say what was found."""
     from connectors.warehouse import open_warehouse
     from pipelines.runner import run_assets
+    from services.processes import install_stop_handlers
 
+    install_stop_handlers()
     result = _sim_up(spec)
     out.print(f"[bold]1. simulated[/] {result.spec_name}: {result.summary}")
     os.environ["GPUFABRIC_CONFIG"] = str(result.config_path)
@@ -353,25 +357,13 @@ def ui(port: Annotated[int, typer.Option(help="port on 127.0.0.1")] = 3000) -> N
     from connectors.warehouse import open_warehouse
     from connectors.warehouse.warehouse import PROJECT_ROOT
     from pipelines.instance import prepare_dagster_env
+    from services.processes import run_child
 
     home = prepare_dagster_env(open_warehouse())
     out.print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={home}); Ctrl-C stops it")
-    # A child process, not exec: `dagster dev` started from a shell script with & ignores
-    # SIGTERM (../shared/ARCHITECTURE.md, known traps); from subprocess it stops cleanly.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port)], cwd=PROJECT_ROOT
-    )
-
-    def stop(_signum: int, _frame: Any) -> None:
-        # Forward SIGTERM (systemd, CI, `kill`) as the Ctrl-C that dagster dev handles, so its
-        # webserver and daemon stop too instead of outliving us.
-        proc.send_signal(signal.SIGINT)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        code = proc.wait()
+    # A supervised child, not exec: `dagster dev` needs a Ctrl-C to stop its webserver and daemon,
+    # and started as a background job it inherits an ignored SIGINT (services.processes says why).
+    code = run_child([sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port)], cwd=PROJECT_ROOT)
     raise typer.Exit(code)
 
 

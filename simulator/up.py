@@ -11,12 +11,8 @@ it is never written to the warehouse as if it were observed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +27,7 @@ from simulator.kube import start as start_kube_twin
 from simulator.snmp import start as start_snmp_twin
 from simulator.spec import ClusterSpec
 from simulator.ssh import start as start_ssh_twin
-from simulator.twin import Twin, TwinRun
+from simulator.twin import Twin, TwinRun, start_ticks, stop_pids
 
 
 def _dcim_twin(truth: GroundTruth, workdir: Path) -> TwinRun:
@@ -83,16 +79,6 @@ def _fingerprint(spec: ClusterSpec) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _state_path(sim_root: Path) -> Path:
     return sim_root / "state.json"
 
@@ -142,7 +128,8 @@ def sim_up(spec: ClusterSpec, sim_root: Path) -> SimUp:
         state = json.loads(state_file.read_text())
         pids = [p for run in state.get("runs", []) for p in run.get("pids", [])]
         config = Path(state.get("config_path", ""))
-        if state.get("fingerprint") == fingerprint and all(_alive(p) for p in pids) and config.exists():
+        alive = all(start_ticks(p) is not None for p in pids)
+        if state.get("fingerprint") == fingerprint and alive and config.exists():
             live = tuple(TwinRun(**run) for run in state["runs"])
             return SimUp(spec.name, truth, out_dir, config, live, reused=True)
         sim_down(sim_root)
@@ -172,32 +159,6 @@ def sim_up(spec: ClusterSpec, sim_root: Path) -> SimUp:
         )
     )
     return SimUp(spec.name, truth, out_dir, config_path, tuple(runs))
-
-
-def stop_pids(pids: list[int], grace_s: float = 5.0) -> int:
-    """SIGTERM each twin process, wait up to ``grace_s``, then SIGKILL; reaps our own children.
-    Also what tests use to stop a twin they started directly."""
-    stopped = 0
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-            stopped += 1
-    deadline = time.monotonic() + grace_s
-    for pid in pids:
-        while _alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.05)
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        _reap(pid)
-    return stopped
-
-
-def _reap(pid: int) -> None:
-    """Collect a child that exited, if it was ours, so it does not linger as a zombie."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
 
 
 def sim_down(sim_root: Path) -> int:

@@ -1,13 +1,20 @@
-"""Shared test fixtures: one embedded Postgres per test session, under ``.data/test``.
+"""Shared test fixtures. Every test session starts from a known, empty state.
 
-The test server is separate from the demo's (``.data/postgres``), so ``make test`` never touches
-demo data and the two can run at once. Tests that need an empty database get a fresh one on the
-same server (``fresh_database_url``) instead of a second server.
+Each pytest session gets a data directory of its own, ``.data/test/session-<pid>``: its own
+embedded Postgres (a fresh cluster, migrated once), Dagster home and simulated site, and a
+registry of the twins it starts. Nothing an earlier run left (rows, published labels, twins)
+can leak into this one, whatever was run before and in whatever order; parallel sessions in one
+checkout do not see each other. At the end the session stops its twins and its server and
+removes the directory; a session that was killed before that is cleaned up by the next one.
+Tests that need an empty database within the session get a fresh one on the same server
+(``fresh_database_url``).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,28 +24,84 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 FIXTURES = SHARED / "fixtures"
+TEST_DATA = ROOT / ".data" / "test"
+SESSION_DIR = TEST_DATA / f"session-{os.getpid()}"
+OWNER_FILE = "owner.json"
 
 # Before any of our modules compute paths: every test (and every CLI subprocess a test starts)
-# works in the test data dir, against the embedded server, whatever the developer's shell says.
-os.environ["GPUFABRIC_DATA_DIR"] = str(ROOT / ".data" / "test")
+# works in this session's data dir, against its embedded server, whatever the shell says.
+os.environ["GPUFABRIC_DATA_DIR"] = str(SESSION_DIR)
+os.environ["GPUFABRIC_TWIN_OWNER"] = str(os.getpid())
 os.environ.pop("GPUFABRIC_DATABASE_URL", None)
 os.environ.pop("GPUFABRIC_CONFIG", None)
 os.environ.pop("DAGSTER_HOME", None)
 os.environ.setdefault("GPUFABRIC_PG_PORT", "54339")
 
 
+def _discard_data_dir(directory: Path) -> None:
+    """Stop everything a session's data dir holds (twins, the embedded server) and remove it."""
+    from connectors.warehouse.embedded import stop_server
+    from simulator import twin
+    from simulator.up import sim_down
+
+    twin.reap(directory, only_orphaned=False)
+    sim_down(directory / "sim")
+    stop_server(directory / "postgres")
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _session_is_alive(directory: Path) -> bool:
+    from simulator.twin import start_ticks
+
+    try:
+        owner = json.loads((directory / OWNER_FILE).read_text())
+        return start_ticks(int(owner["pid"])) == owner["start_ticks"] is not None
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Clean up after sessions that were killed, then claim this session's directory."""
+    from simulator.twin import start_ticks
+
+    TEST_DATA.mkdir(parents=True, exist_ok=True)
+    for directory in sorted(TEST_DATA.glob("session-*")):
+        if directory != SESSION_DIR and not _session_is_alive(directory):
+            _discard_data_dir(directory)
+    # The layout before per-session directories: one shared server and sim under .data/test.
+    if (TEST_DATA / "postgres").exists() or (TEST_DATA / "sim").exists():
+        from connectors.warehouse.embedded import stop_server
+        from simulator.up import sim_down
+
+        sim_down(TEST_DATA / "sim")
+        stop_server(TEST_DATA / "postgres")
+        for legacy in ("postgres", "sim", "dagster"):
+            shutil.rmtree(TEST_DATA / legacy, ignore_errors=True)
+    if SESSION_DIR.exists():  # a PID reused from a killed session
+        _discard_data_dir(SESSION_DIR)
+    # Claimed whole, owner file included, by one rename: a session starting at the same moment
+    # never sees this directory without its owner and takes it for a dead one.
+    claim = TEST_DATA / f".claim-{os.getpid()}"
+    shutil.rmtree(claim, ignore_errors=True)
+    claim.mkdir()
+    (claim / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start_ticks": start_ticks(os.getpid())}))
+    claim.rename(SESSION_DIR)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("GPUFABRIC_KEEP_TEST_DATA"):
+        return
+    _discard_data_dir(SESSION_DIR)
+
+
 @pytest.fixture(scope="session")
 def warehouse():  # type: ignore[no-untyped-def]
-    """The migrated test warehouse, shared by the whole session."""
+    """This session's migrated warehouse (its own embedded server)."""
     from connectors.warehouse import open_warehouse
 
     wh = open_warehouse()
     yield wh
     wh.dispose()
-    # The server is left running, like the demo's: parallel pytest sessions in one checkout share
-    # it, and the next session reuses it. `GPUFABRIC_DATA_DIR=.data/test gpufabric db stop` stops it.
-
-
 @pytest.fixture
 def fresh_database_url(warehouse) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """An empty database on the test server, dropped afterwards; URL in libpq form."""

@@ -12,7 +12,7 @@ import psycopg
 import yaml
 from kubernetes import client
 
-from assets.publish.store import applied_run_for, record_run
+from assets.publish.store import applied_run_for, last_applied_run, record_run
 from assets.topology.store import load_model
 from connectors.kube import list_nodes
 from connectors.kube.publish import (
@@ -114,6 +114,18 @@ def write_gitops(directory: Path, state: DesiredState) -> list[Path]:
     return written
 
 
+def _guard_basis(conn: psycopg.Connection, cluster: str) -> str:
+    """What the blast-radius guard compared against, for the refusal: the labels and resources
+    this very cluster carries under our field manager (read from its managedFields, so another
+    cluster's or another warehouse's history never counts), and the publish that put them there."""
+    last = last_applied_run(conn, cluster)
+    where = (f"our last applied publish to {cluster} was run {last['id']} (topology version "
+             f"{last['topology_version']}, {last['started_at']:%Y-%m-%d %H:%M:%S %Z})" if last
+             else f"this warehouse has no applied publish to {cluster}: the labels came from another publisher "
+                  "or warehouse")  # fmt: skip
+    return f"Compared with what cluster {cluster} itself carries under our field manager; {where}"
+
+
 def publish_fabric(
     conn: psycopg.Connection,
     api: client.ApiClient,
@@ -158,8 +170,9 @@ def publish_fabric(
     try:
         execute(api, p, state.labels, state.resources, field_manager=cfg.field_manager, force=force)
     except BlastRadiusExceeded as exc:
-        record_run(conn, mode=mode, status="refused", message=str(exc), **common)
-        raise PublishRefused(str(exc)) from None
+        message = f"{exc}. {_guard_basis(conn, cfg.cluster)}"
+        record_run(conn, mode=mode, status="refused", message=message, **common)
+        raise PublishRefused(message) from None
     except PublishError as exc:
         record_run(conn, mode=mode, status="failed", message=str(exc), **common)
         raise PublishRefused(str(exc)) from None

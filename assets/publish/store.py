@@ -70,6 +70,16 @@ def applied_run_for(conn: psycopg.Connection, topology_version: int, cluster: st
     return (int(row[0]), dict(row[1])) if row else None
 
 
+def last_applied_run(conn: psycopg.Connection, cluster: str) -> dict[str, Any] | None:
+    """The newest applied (or rolled back) publish to ``cluster``: id, topology version, start."""
+    row = conn.execute(
+        "SELECT id, topology_version, started_at FROM publish.runs WHERE cluster = %s AND status = 'applied'"
+        " ORDER BY id DESC LIMIT 1",
+        (cluster,),
+    ).fetchone()
+    return {"id": int(row[0]), "topology_version": int(row[1]), "started_at": row[2]} if row else None
+
+
 def history(conn: psycopg.Connection, limit: int = 20) -> list[dict[str, Any]]:
     rows = conn.execute(
         "SELECT id, started_at, cluster, topology_version, mode, status, forced, rollback_of, counts, message"

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from simulator.dcgm.exposition import COUNTERS_CSV, NodeInfo, nodes_of, render_node, render_workloads
+from simulator.twin import TwinRun, spawn
 
 __all__ = ["COUNTERS_CSV", "NodeInfo", "TwinStartError", "nodes_of", "render_node", "render_workloads", "start"]
 
@@ -40,7 +40,6 @@ def start(
 
     ``faults`` maps a hostname to a fault switch (see ``simulator.dcgm.server``).
     """
-    from simulator.up import TwinRun  # here, not at import: simulator.up will import this module
 
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -69,15 +68,7 @@ def start(
     log_path = workdir / "dcgm-twin.log"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "simulator.dcgm.server", str(config_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd=ROOT,
-            env=env,
-            start_new_session=True,  # detached: `sim down` stops it by pid, not our process group
-        )
+        proc = spawn("dcgm", [sys.executable, "-m", "simulator.dcgm.server", str(config_path)], log=log, env=env)
     deadline = time.monotonic() + timeout_s
     while not ready_path.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

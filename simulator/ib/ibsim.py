@@ -25,6 +25,7 @@ from pathlib import Path
 
 from simulator.generator import GroundTruth
 from simulator.ib.ibnetdiscover import SHARP_PORT, ib_device_count, write_ibnetdiscover
+from simulator.twin import spawn
 
 UMAD2SIM = Path("/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so")
 READY = b"Network simulator ready."
@@ -120,9 +121,8 @@ def start_ibsim(truth: GroundTruth, workdir: Path, *, timeout_s: float = 20.0) -
         str(topology),
     ]  # fmt: skip
     try:
-        proc = subprocess.Popen(
-            args, stdin=fd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "IBSIM_SOCKNAME": sockname}
-        )
+        # Not detached: ibsim reads its console from our pipe; recorded so a killed run's is found.
+        proc = spawn("ibsim", args, stdin=fd, log=log, env={**os.environ, "IBSIM_SOCKNAME": sockname}, detached=False)
     except OSError as exc:
         os.close(fd)
         raise IbsimError(f"cannot start ibsim: {exc.strerror or exc}") from None

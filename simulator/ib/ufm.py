@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -39,7 +38,7 @@ from core.models import DeviceKind, LinkKind
 from simulator.generator import GroundTruth, generate
 from simulator.ib.ibnetdiscover import SPEED_NAME
 from simulator.spec import ClusterSpec
-from simulator.twin import TwinRun
+from simulator.twin import TwinRun, spawn
 
 FAULTS = ("500", "slow", "auth", "truncated", "empty")
 ROOTS = ("ufmRest", "ufmRestV3")  # basic auth / token auth
@@ -263,12 +262,9 @@ def start(truth: GroundTruth, workdir: Path) -> TwinRun:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = (workdir / "ufm.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simulator.ib.ufm", "--spec-json", str(spec_file), "--port", str(port),
-         "--password-file", str(workdir / "password"), "--token-file", str(workdir / "token")],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+    proc = spawn("ufm", [sys.executable, "-m", "simulator.ib.ufm", "--spec-json", str(spec_file), "--port", str(port),
+                         "--password-file", str(workdir / "password"), "--token-file", str(workdir / "token")],
+                 log=log)  # fmt: skip
     log.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -30,7 +30,7 @@ import yaml
 
 from simulator.generator import GroundTruth
 from simulator.kube.populate import node_objects
-from simulator.twin import TwinRun
+from simulator.twin import TwinRun, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN_ENV = "GPUFABRIC_KUBE_TWIN_TOKEN"
@@ -72,10 +72,8 @@ def start(truth: GroundTruth, workdir: Path, *, faults: list[dict[str, Any]] | N
     env = {**os.environ, TOKEN_ENV: token,
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     with (workdir / LOG_FILE).open("ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "simulator.kube", "serve", "--workdir", str(workdir)],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-        )
+        proc = spawn("kubernetes", [sys.executable, "-m", "simulator.kube", "serve", "--workdir", str(workdir)],
+                     log=log, env=env)
     try:
         port = _wait_for_port(proc, port_file, timeout_s)
         url = f"http://127.0.0.1:{port}"

@@ -25,7 +25,6 @@ import contextlib
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from typing import Any
 from core.models import LinkKind
 from simulator.generator import GroundTruth
 from simulator.snmp.records import RecordBuilder, garbage_records, no_lldp_records, render
+from simulator.twin import TwinRun, spawn
 
 V3_USER = "gpufabric"
 V3_AUTH_KEY = "twin-auth-key-0001"  # simulator credentials, not secrets: the twin is loopback-only
@@ -165,14 +165,7 @@ def launch(data_dir: Path, workdir: Path, options: SnmpTwinOptions, probe_commun
     log_path = workdir / "snmpsim.log"
     env = {**os.environ, "SNMPSIM_ALLOW_ROOT": "true", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            responder_command(data_dir, cache_dir, options.host, port, options),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # detached: survives the CLI that started it, stopped by `sim down`
-        )
+        proc = spawn("snmp", responder_command(data_dir, cache_dir, options.host, port, options), log=log, env=env)
     deadline = time.monotonic() + options.ready_timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -278,7 +271,6 @@ def switch_entries(
 
 def start_twin(truth: GroundTruth, workdir: Path, options: SnmpTwinOptions | None = None) -> Any:
     """Write the data, start snmpsim and return a :class:`simulator.up.TwinRun`."""
-    from simulator.up import TwinRun  # the framework imports twins, not the other way round
 
     options = options or SnmpTwinOptions()
     workdir = workdir.resolve()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from connectors.ssh.platforms import command_for
 from simulator.generator import GroundTruth
 from simulator.snmp.twin import stop
 from simulator.ssh.render import outputs_for
-from simulator.twin import TwinRun
+from simulator.twin import TwinRun, spawn
 
 USERNAME = "gpufabric"
 PASSWORD = "twin-ssh-password-0001"  # simulator credential, loopback only
@@ -94,14 +93,7 @@ def start_twin(truth: GroundTruth, workdir: Path, options: SshTwinOptions | None
     log_path = workdir / "ssh-twin.log"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "simulator.ssh.server", str(cfg_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+        proc = spawn("ssh", [sys.executable, "-m", "simulator.ssh.server", str(cfg_path)], log=log, env=env)
     deadline = time.monotonic() + options.ready_timeout_s
     while b"ready" not in log_path.read_bytes():
         if proc.poll() is not None or time.monotonic() > deadline:

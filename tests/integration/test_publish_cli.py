@@ -90,6 +90,10 @@ def test_dry_run_publish_history_rollback_gitops(site: tuple[Path, Path], tmp_pa
     assert _store(dataclasses.replace(model, hosts=hosts, domains=domains)) == 2
     refused = runner.invoke(app, [])
     assert refused.exit_code == 1 and "refusing to change 32 of 32 nodes (100% > 20% allowed)" in refused.output
+    # The refusal says what it compared against: this cluster's own state and the publish behind it.
+    assert "Compared with what cluster sim itself carries under our field manager" in refused.output
+    assert "our last applied publish to sim was run " in refused.output
+    assert "(topology version 1, " in refused.output
     forced = runner.invoke(app, ["--force"])
     assert forced.exit_code == 0, forced.output
     assert set(_blocks(kubeconfig).values()) == {"ib-leaf-su09-r0-7"}
