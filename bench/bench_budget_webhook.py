@@ -7,7 +7,9 @@ the embedded Postgres.
 Both servers are the same stack — uvicorn + Starlette over HTTPS (self-signed cert from
 ``cryptography``), one worker process each, started in turn on loopback — and get the same
 AdmissionReviews at the same open-loop rate (requests are sent on schedule whether or not earlier
-ones answered, so a slow server cannot slow the load down and hide its queueing). The peer answers
+ones answered, so a slow server cannot slow the load down and hide its queueing). Each round
+runs both, the one that goes first alternating over the rounds; the p99s are printed with their
+spread and the ratio is taken per round. The peer answers
 ``allowed: true`` after decoding the JSON; ours parses the pod, locks the root's envelope row,
 decides and reserves. Requests spread over ``--trees`` roots (one lock per tree). Every answer is
 checked: a request ours denies or that fails makes the run fail loudly.
@@ -31,6 +33,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bench.common import Spread, ratio_line, rotation
 from bench.loadgen import LoadResult, LoadSpec, open_loop
 from controllers.tls import self_signed_cert
 
@@ -166,9 +169,10 @@ def _wait_ready(port: int, cert: Path) -> None:
             time.sleep(0.1)
 
 
-def _round(url: str, args: argparse.Namespace, seconds: float) -> tuple[LoadResult, LoadResult]:
-    """One measurement: fresh roots, the no-op peer then ours on the same requests; raises when a
-    request failed or the ledger does not hold exactly one reservation per admission."""
+def _round(url: str, args: argparse.Namespace, seconds: float, k: int) -> tuple[LoadResult, LoadResult]:
+    """Round ``k``: fresh roots, the no-op peer and ours on the same requests, the one that goes
+    first alternating from round to round; raises when a request failed or the ledger does not
+    hold exactly one reservation per admission."""
     import psycopg
 
     from connectors.warehouse.ledger import admit
@@ -188,8 +192,9 @@ def _round(url: str, args: argparse.Namespace, seconds: float) -> tuple[LoadResu
     bodies = [_review(roots[i % len(roots)], f"{roots[i % len(roots)]}-c{i}") for i in range(n)]
     BENCH_DATA_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="budget-webhook-", dir=BENCH_DATA_DIR) as tmp:
-        peer = _run("noop", url, Path(tmp), bodies, args.rate, args.workers)
-        ours = _run("budget", url, Path(tmp), bodies, args.rate, args.workers)
+        results = {kind: _run(kind, url, Path(tmp), bodies, args.rate, args.workers)
+                   for kind in rotation(["noop", "budget"], k)}  # fmt: skip
+    peer, ours = results["noop"], results["budget"]
     with psycopg.connect(url, autocommit=True) as conn:
         got = conn.execute("SELECT count(*) FROM agents.ledger WHERE root_id LIKE %s", (f"bench-{run}-%",)).fetchone()
         conn.execute("DELETE FROM agents.envelopes WHERE root_id LIKE %s", (f"bench-{run}-%",))
@@ -209,39 +214,42 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--trees", type=int, default=50, help="roots the requests spread over")
     ap.add_argument("--workers", type=int, default=2, help="server worker processes (as uvicorn --workers)")
     ap.add_argument("--repeat", type=int, default=3, help="rounds; the verdict is on the median p99")
-    ap.add_argument("--quick", action="store_true", help="one round of 3 seconds")
+    ap.add_argument("--quick", action="store_true", help="two rounds (one each way round) of 3 seconds")
     args = ap.parse_args(argv)
     os.environ.setdefault("GPUFABRIC_DATA_DIR", str(BENCH_DATA_DIR))
     os.environ.setdefault("GPUFABRIC_PG_PORT", "54349")
     from connectors.warehouse import open_warehouse
 
-    seconds, repeat = (3.0, 1) if args.quick else (args.seconds, args.repeat)
+    seconds, repeat = (3.0, 2) if args.quick else (args.seconds, args.repeat)
     url = open_warehouse().libpq_url
     print(
-        f"budget webhook: {args.rate:.0f} req/s open loop for {seconds:.0f} s x {repeat} rounds, {args.trees} trees, "
-        f"{args.workers} server worker(s), {CONNECTIONS} keep-alive HTTPS connections on loopback"
+        f"budget webhook: {args.rate:.0f} req/s open loop for {seconds:.0f} s x {repeat} rounds (which server goes "
+        f"first alternates), {args.trees} trees, {args.workers} server worker(s), {CONNECTIONS} keep-alive HTTPS "
+        "connections on loopback"
     )
     p99s: dict[str, list[float]] = {"noop webhook (peer)": [], "budget webhook": []}
     for k in range(repeat):
         try:
-            peer, ours = _round(url, args, seconds)
+            peer, ours = _round(url, args, seconds, k)
         except RuntimeError as err:
             print(f"round {k + 1}: {err}", file=sys.stderr)
             return 1
+        first = rotation(["noop", "budget"], k)[0]
         for name, result in zip(p99s, (peer, ours), strict=True):
             lat = result.latencies_s
             p99s[name].append(result.pct_ms(99))
             print(
-                f"  round {k + 1} {name:20s} n={len(lat):5d} p50={result.pct_ms(50):6.2f} ms  "
+                f"  round {k + 1} ({first} first) {name:20s} n={len(lat):5d} p50={result.pct_ms(50):6.2f} ms  "
                 f"p99={result.pct_ms(99):7.2f} ms  mean={statistics.mean(lat) * 1000:6.2f} ms  "
                 f"CPU/request: server {result.server_cpu_s / len(lat) * 1e3:.2f} ms, "
                 f"load generator {result.client_cpu_s / len(lat) * 1e3:.2f} ms"
             )
-    peer_p99, ours_p99 = (statistics.median(v) for v in p99s.values())
-    print(
-        f"  median p99: budget {ours_p99:.2f} ms, noop {peer_p99:.2f} ms, ratio {ours_p99 / peer_p99:.2f}x   "
-        f"target p99 < 25 ms: {'met' if ours_p99 < 25 else 'MISSED'}"
-    )
+    peer_p99s, ours_p99s = p99s.values()
+    ours_p99 = statistics.median(ours_p99s)
+    print(f"  p99 budget webhook: {Spread.of(ours_p99s).fmt('.2f', ' ms')}")
+    print(f"  p99 noop webhook:   {Spread.of(peer_p99s).fmt('.2f', ' ms')}")
+    print(f"  {ratio_line('p99 budget / noop', ours_p99s, peer_p99s)}   "
+          f"target median p99 < 25 ms: {'met' if ours_p99 < 25 else 'MISSED'}")  # fmt: skip
     return 0
 
 

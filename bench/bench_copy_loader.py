@@ -43,6 +43,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from bench.common import Spread, ratios, rotation
+
 if TYPE_CHECKING:
     from connectors.warehouse import Warehouse
 
@@ -406,9 +408,11 @@ def run(args: argparse.Namespace) -> int:
             }
             loads = {"binary": load_ours(True), "text": load_ours(False), "psql": load_psql}
             # Round-robin rather than method after method, so drift (caches, autovacuum, a noisy
-            # neighbour) spreads over all methods instead of landing on one.
+            # neighbour) spreads over all methods instead of landing on one; the order rotates
+            # from round to round, so no method always goes first.
             for attempt in range(1, runs + 1):
-                for key, load in loads.items():
+                for key in rotation(list(loads), attempt - 1):
+                    load = loads[key]
                     truncate(tables[key])
                     wall = results[key].add(_timed(load, n_rows, results[key].name))
                     check_count(tables[key], n_rows, results[key].name)
@@ -457,20 +461,25 @@ def _report(results: dict[str, Result], n_rows: int, render_s: float) -> None:
     """The compact table, then one ratio line per method (wall time against psql's, best of runs)."""
     peer = results["psql"].best
     print()
-    print(f"  {'method':<24} {'best s':>9} {'median s':>9} {'rows/s':>10} {'client CPU s':>13} {'vs psql':>8}")
+    print(f"  {'method':<24} {'best s':>9} {'median s':>9} {'worst s':>9} {'rows/s':>10} {'client CPU s':>13}"
+          f" {'vs psql':>8}")  # fmt: skip
     for key in ("binary", "text", "psql", "insert"):
         r = results[key]
         mark = "*" if r.scale != 1.0 else " "
         print(
-            f"  {r.name:<24} {r.best:>8.2f}{mark} {r.median:>9.2f} {r.rows_per_s:>10,.0f}"
-            f" {r.client_cpu:>13.2f} {r.best / peer:>7.2f}x"
+            f"  {r.name:<24} {r.best:>8.2f}{mark} {r.median:>9.2f} {max(r.walls) * r.scale:>9.2f}"
+            f" {r.rows_per_s:>10,.0f} {r.client_cpu:>13.2f} {r.best / peer:>7.2f}x"
         )
     print(f"  * {results['insert'].rows:,} rows timed, scaled to {n_rows:,}.")
     print(f"  CSV rendering for psql (not in its time): {render_s:.2f}s")
     print(f"  load average at the end: {_load()} on {os.cpu_count()} cores (other work makes wall times noisy)")
     print()
-    for key in ("binary", "text", "insert"):
-        print(f"  {results[key].name}: {results[key].best / peer:.2f}x psql \\copy wall time")
+    for key in ("binary", "text"):  # measured in the same rounds as psql: per-round ratios
+        print(f"  {results[key].name}: {Spread.of(ratios(results[key].walls, results['psql'].walls)).fmt('.2f', 'x')}"
+              " psql \\copy wall time")
+    insert = results["insert"]
+    print(f"  {insert.name}: {insert.best / peer:.2f}x psql \\copy wall time (best of each, scaled; timed after "
+          "the others)")
 
 
 def _load() -> str:

@@ -9,19 +9,20 @@ What is measured, in one run, on one server, with the same samples:
 (b) the peer: ``psql \\copy`` of the same (series_id, ts, value) rows pre-rendered as CSV (rendering
     not timed, and the series rows pre-loaded for it: psql gets its input for free);
 (c) ``prometheus_client.parser.text_string_to_metric_families`` on the same text, parse only
-    (timed on a slice and scaled: it runs at ~20k samples/s);
+    (timed on a slice: it runs at ~20k samples/s);
 (d) our parser alone, for the split of (a) between parsing and loading.
 
 Target (issue #8): (a) at least half the speed of (b). Both loads go into the real partitioned
 ``telemetry.dcgm_samples`` (primary key included), truncated before each run; the stored rows are
-compared by fingerprint, so a loader that drops or alters samples fails the benchmark.
+compared by fingerprint, so a loader that drops or alters samples fails the benchmark. Every round
+times (a), (b) and (d), the order rotating from round to round; figures are the median with the
+spread over the rounds, and the speed ratio is taken per round.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,8 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+
+from bench.common import Spread, ratios, rotation
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DATA_DIR = ROOT / ".data" / "bench"
@@ -79,7 +82,7 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench dcgm_ingest", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_SAMPLES:,} samples")
     parser.add_argument("--samples", type=int, default=None, help=f"samples to ingest (default {DEFAULT_SAMPLES:,})")
-    parser.add_argument("--runs", type=int, default=3, help="timed runs per method; the best counts")
+    parser.add_argument("--runs", type=int, default=3, help="rounds; each times every method, order rotating")
     parser.add_argument("--spec", default="h100-4su")
     parser.add_argument("--prom-client-samples", type=int, default=50_000)
     args = parser.parse_args(list(argv))
@@ -140,13 +143,9 @@ def run(target: int, runs: int, spec_name: str, prom_client_samples: int) -> int
         ensure_partitions(conn, day, day)
         conn.commit()
 
-    # (a) ours end to end
-    ours: list[float] = []
-    parse_only: list[float] = []
-    n_samples = 0
-    for attempt in range(1, runs + 1):
+    def load_ours() -> int:
+        """(a) ours end to end: fresh parser, parse every scrape round, COPY, one commit."""
         truncate(series_too=True)
-        t_start = time.perf_counter()
         p = ExpositionParser()
         with wh.connect() as conn:
             n = 0
@@ -156,41 +155,15 @@ def run(target: int, runs: int, spec_name: str, prom_client_samples: int) -> int
                     batch.extend(p.parse(body, ts, device=target_url))
                 n += copy_samples(conn, batch, source="bench").samples
             conn.commit()
-        ours.append(time.perf_counter() - t_start)
-        n_samples = n
-        _progress(f"run {attempt}/{runs} ours (parse + COPY): {ours[-1]:.2f}s, {n:,} samples")
-        t_start = time.perf_counter()
+        return n
+
+    def parse_alone() -> None:
+        """(d) our parser alone on the same texts."""
         p2 = ExpositionParser()
         for body, ts, target_url in texts:
             p2.parse(body, ts, device=target_url)
-        parse_only.append(time.perf_counter() - t_start)
-    reference = fingerprint()
-    if reference[0] != n_samples:
-        raise BenchError(f"ours stored {reference[0]} rows, reported {n_samples}")
 
-    # (b) psql \copy of the same rows, pre-rendered
-    with wh.connect() as conn:
-        rows = conn.execute("SELECT series_id, ts, value FROM telemetry.dcgm_samples").fetchall()
-    with tempfile.TemporaryDirectory(prefix="dcgm-ingest-", dir=BENCH_DATA_DIR) as tmp:
-        csv_path = Path(tmp) / "samples.csv"
-        with csv_path.open("w") as out:
-            for sid, ts, value in rows:
-                out.write(f"{sid},{ts.isoformat()},{'' if value is None else repr(value)}\n")
-        del rows
-        psql: list[float] = []
-        for attempt in range(1, runs + 1):
-            truncate(series_too=False)
-            t_start = time.perf_counter()
-            copy = f"\\copy telemetry.dcgm_samples (series_id, ts, value) FROM '{csv_path}' WITH (FORMAT csv)"
-            done = subprocess.run([*psql_base, "-c", copy], env=psql_env, capture_output=True, text=True)
-            psql.append(time.perf_counter() - t_start)
-            if done.returncode != 0 or done.stdout.strip() != f"COPY {n_samples}":
-                raise BenchError(f"psql \\copy: exit {done.returncode}: {done.stdout.strip()} {done.stderr.strip()}")
-            _progress(f"run {attempt}/{runs} psql \\copy CSV: {psql[-1]:.2f}s")
-    if fingerprint() != reference:
-        raise BenchError("psql stored different content from ours")
-
-    # (c) prometheus_client's parser on a slice of the same text
+    # (c) prometheus_client's parser on a slice of the same text (it runs at ~20k samples/s)
     slice_texts: list[str] = []
     counted = 0
     for body, _, _ in texts:
@@ -198,34 +171,73 @@ def run(target: int, runs: int, spec_name: str, prom_client_samples: int) -> int
         counted += body.count(b"\n") - 2 * 28
         if counted >= prom_client_samples:
             break
-    t_start = time.perf_counter()
-    pc_samples = 0
-    for text in slice_texts:
-        for family in text_string_to_metric_families(text):
-            pc_samples += len(family.samples)
-    pc_s = time.perf_counter() - t_start
-    pc_rate = pc_samples / pc_s
+    pc_samples = sum(len(f.samples) for text in slice_texts for f in text_string_to_metric_families(text))
     lines_total = sum(body.count(b"\n") - 2 * 28 for body, _, _ in texts)
+
+    def prom_client_parse() -> None:
+        for text in slice_texts:
+            for _family in text_string_to_metric_families(text):
+                pass
+
+    # One unmeasured load of ours: it stores the series the peer's rows refer to, and the rows
+    # rendered to CSV for the peer (psql gets its input for free).
+    n_samples = load_ours()
+    reference = fingerprint()
+    if reference[0] != n_samples:
+        raise BenchError(f"ours stored {reference[0]} rows, reported {n_samples}")
+    with wh.connect() as conn:
+        rows = conn.execute("SELECT series_id, ts, value FROM telemetry.dcgm_samples").fetchall()
+    ours: list[float] = []
+    parse_only: list[float] = []
+    psql: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="dcgm-ingest-", dir=BENCH_DATA_DIR) as tmp:
+        csv_path = Path(tmp) / "samples.csv"
+        with csv_path.open("w") as out:
+            for sid, ts, value in rows:
+                out.write(f"{sid},{ts.isoformat()},{'' if value is None else repr(value)}\n")
+        del rows
+
+        def load_psql() -> None:
+            """(b) the peer: psql \\copy of the same rows (series rows already there)."""
+            truncate(series_too=False)
+            copy = f"\\copy telemetry.dcgm_samples (series_id, ts, value) FROM '{csv_path}' WITH (FORMAT csv)"
+            done = subprocess.run([*psql_base, "-c", copy], env=psql_env, capture_output=True, text=True)
+            if done.returncode != 0 or done.stdout.strip() != f"COPY {n_samples}":
+                raise BenchError(f"psql \\copy: exit {done.returncode}: {done.stdout.strip()} {done.stderr.strip()}")
+
+        # Every round runs ours, the peer and the parser alone, the order rotating over the rounds;
+        # each load is checked against the first one's fingerprint.
+        prom: list[float] = []
+        timings = {"ours": ours, "psql": psql, "parse": parse_only, "prom_client": prom}
+        loads = {"ours": load_ours, "psql": load_psql, "parse": parse_alone, "prom_client": prom_client_parse}
+        for attempt in range(runs):
+            for key in rotation(list(loads), attempt):
+                t_start = time.perf_counter()
+                loads[key]()
+                timings[key].append(time.perf_counter() - t_start)
+                if key in ("ours", "psql") and fingerprint() != reference:
+                    raise BenchError(f"{key} stored different content from the first load of ours")
+                _progress(f"round {attempt + 1}/{runs} {key}: {timings[key][-1]:.2f}s")
+
     wh.dispose()
 
-    best_ours, best_psql, best_parse = min(ours), min(psql), min(parse_only)
     print()
-    print(f"  {'method':<44} {'best s':>8} {'median s':>9} {'samples/s':>11}")
-    print(f"  {'ours: text -> parse -> COPY (end to end)':<44} {best_ours:>8.2f} {statistics.median(ours):>9.2f}"
-          f" {n_samples / best_ours:>11,.0f}")
-    print(f"  {'  of which parsing only':<44} {best_parse:>8.2f} {statistics.median(parse_only):>9.2f}"
-          f" {lines_total / best_parse:>11,.0f}")
+    print(f"  {'method':<44} {'samples/s: median (min .. max over ' + str(runs) + ' rounds)'}")
+    ours_rate = Spread.of([n_samples / t for t in ours]).fmt(",.0f")
+    print(f"  {'ours: text -> parse -> COPY (end to end)':<44} {ours_rate}")
+    print(f"  {'  of which parsing only':<44} {Spread.of([lines_total / t for t in parse_only]).fmt(',.0f')}"
+          " (exposition lines/s)")
     peer_name = "psql \\copy of pre-rendered CSV (peer)"
-    print(f"  {peer_name:<44} {best_psql:>8.2f} {statistics.median(psql):>9.2f}"
-          f" {n_samples / best_psql:>11,.0f}")
-    print(f"  {'prometheus_client parser (parse only)':<44} {lines_total / pc_rate:>8.2f}* {'':>9}"
-          f" {pc_rate:>11,.0f}")
-    print(f"  * timed on {pc_samples:,} samples and scaled to {lines_total:,} exposition lines")
+    print(f"  {peer_name:<44} {Spread.of([n_samples / t for t in psql]).fmt(',.0f')}")
+    print(f"  {'prometheus_client parser (parse only)':<44} {Spread.of([pc_samples / t for t in prom]).fmt(',.0f')}"
+          f" (on a slice of {pc_samples:,} samples)")
     print(f"  exposition lines {lines_total:,} -> {n_samples:,} samples stored (MIG device-field repeats collapse)")
     print(f"  load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     print()
-    print(f"  ours end to end: {best_psql / best_ours:.2f}x the speed of psql \\copy (target >= 0.50)")
-    print(f"  ours parse only: {(lines_total / best_parse) / pc_rate:.1f}x prometheus_client's parser")
+    speed = Spread.of(ratios(psql, ours))  # speed ours / peer = time peer / ours, per round
+    print(f"  ours end to end: {speed.fmt('.2f', 'x')} the speed of psql \\copy (target >= 0.50)")
+    parse_speed = Spread.of([(lines_total / a) / (pc_samples / b) for a, b in zip(parse_only, prom, strict=True)])
+    print(f"  ours parse only: {parse_speed.fmt('.1f', 'x')} prometheus_client's parser speed")
     print(f"  run id {uuid.uuid4().hex[:8]}; command: python -m bench --only dcgm_ingest")
     return 0
 

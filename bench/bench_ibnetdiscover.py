@@ -9,7 +9,8 @@ Quantum-2 switches with their SHARP aggregation nodes, 4,096 HCAs; ``--quick``: 
 (c) the peer: the floor any Python parser of this format pays -- read the same file line by line
     and match each line against one precompiled regex, building nothing.
 
-Reported: lines/s for each and the ratio (a)/(c): how much of the floor's speed the full parser
+Reported: lines/s for each (median and spread over interleaved rounds) and the per-round ratio
+(a)/(c): how much of the floor's speed the full parser
 keeps. Each run checks the parse (links = ground truth, nothing quarantined), so a parser that
 got faster by dropping lines fails loudly.
 """
@@ -22,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.common import best_of, spec_arguments
+from bench.common import Spread, interleaved, ratio_line, spec_arguments
 from connectors.ibnetdiscover import iter_records, parse_file, read_lines
 from core.models import LinkKind
 from simulator.generator import generate
@@ -66,16 +67,21 @@ def main(argv: Sequence[str]) -> int:
             print(f"  FAILED: parse disagrees with ground truth ({len(got)} vs {len(want)} links, "
                   f"{len(fabric.quarantined)} quarantined)", file=sys.stderr)  # fmt: skip
             return 1
-        t_full = best_of(lambda: parse_file(path), runs)
-        t_records = best_of(lambda: _records(path), runs)
-        t_floor = best_of(lambda: _floor(path), runs)
-    full, recs, floor = lines / t_full, lines / t_records, lines / t_floor
+        # every contender once per round, the order rotating over the rounds (bench/common.py)
+        times = interleaved(
+            {"full": lambda: parse_file(path), "records": lambda: _records(path), "floor": lambda: _floor(path)}, runs
+        )
     print(f"ibnetdiscover parse: {spec_name}, {lines:,} lines, {size_mb:.1f} MB, {len(fabric.nodes):,} nodes, "
-          f"{len(fabric.links):,} links (best of {runs})")  # fmt: skip
-    print(f"  parse_file (records + links + classes): {full:>12,.0f} lines/s  ({t_full:.3f} s)")
-    print(f"  iter_records (record stream only):      {recs:>12,.0f} lines/s  ({t_records:.3f} s)")
-    print(f"  peer: read + one regex per line:        {floor:>12,.0f} lines/s  ({t_floor:.3f} s)")
-    print(f"  ratio parse_file / peer: {full / floor:.3f} (the peer builds nothing; ours builds every record)")
+          f"{len(fabric.links):,} links ({runs} interleaved rounds)")  # fmt: skip
+    for label, key in (("parse_file (records + links + classes)", "full"), ("iter_records (record stream only)",
+                       "records"), ("peer: read + one regex per line", "floor")):  # fmt: skip
+        rate = Spread.of([lines / t for t in times[key]])
+        print(f"  {label + ':':<41}{rate.fmt(',.0f', ' lines/s')}")
+    # lines/s of ours over the peer's = the peer's time over ours
+    print(
+        f"  {ratio_line('parse_file / peer speed', times['floor'], times['full'])} "
+        "(the peer builds nothing; ours builds every record)"
+    )
     return 0
 
 

@@ -9,8 +9,10 @@ concurrency (default 30, near where snmpsim stops scaling) and the same max-repe
   path SNMPv3 switches take, for the before/after CPU in one run;
 * peer: one ``sh`` per switch running ``snmpbulkwalk`` once per subtree (process start included).
 
-Printed per N: switches/s for each, the ratio of wall times (ours / net-snmp), and our collector
-thread's CPU seconds per switch (what decides how many real switches, which answer far faster
+Every tool runs once per round (``--rounds``, default 3) against the same snmpsim, the order
+rotating from round to round so that none always goes first. Printed per N: switches/s for each
+(median, min .. max over the rounds), the per-round ratio of wall times (ours / net-snmp) with its
+spread, and our collector thread's CPU seconds per switch (what decides how many real switches, which answer far faster
 than snmpsim, one core can poll per minute). snmpsim is the ceiling for both tools on this
 machine (~15-20 agents/s, pure-Python SNMP on 2 cores shared with the client), so wall figures
 say "responder-bound" whenever the ratio is near 1.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -31,6 +34,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from bench.common import Spread, ratio_line, rotation
 from connectors.snmp import CollectionStats, CollectorOptions, SnmpTarget, collect
 from connectors.snmp.oids import INTERFACE_WALKS, V1_WALKS, dotted
 from core.quality import CollectionStatus
@@ -125,7 +129,8 @@ def _ours(
     return wall, stats
 
 
-def run_size(n: int, concurrency: int, repetitions: int, workdir: Path) -> dict[str, float]:
+def run_size(n: int, concurrency: int, repetitions: int, workdir: Path, rounds: int) -> dict[str, object]:
+    """Boot one snmpsim for N switches, then ``rounds`` rounds of every tool, the order rotating."""
     data = workdir / f"data-{n}"
     data.mkdir()
     for i in range(n):
@@ -134,24 +139,33 @@ def run_size(n: int, concurrency: int, repetitions: int, workdir: Path) -> dict[
     pid, port = launch(data, workdir / f"run-{n}", SnmpTwinOptions(open_files=n + 64, ready_timeout_s=900), "sw0000")
     boot = time.perf_counter() - started
     names = [f"sw{i:04d}" for i in range(n)]
+    walls: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    cpus: dict[str, list[float]] = {"ours": [], "slow": []}
+    last: CollectionStats | None = None
     try:
-        _ours(names[: min(n, 8)], port, concurrency, repetitions)  # warm snmpsim's caches for both tools
-        peer = _netsnmp(names, port, concurrency, repetitions)
-        ours, stats = _ours(names, port, concurrency, repetitions)
-        slow, slow_stats = _ours(names, port, concurrency, repetitions, fast=False)
+        _ours(names[: min(n, 8)], port, concurrency, repetitions)  # warm snmpsim's caches for every tool
+        for k in range(rounds):
+            for name in rotation(list(CONTENDERS), k):
+                if name == "peer":
+                    walls["peer"].append(_netsnmp(names, port, concurrency, repetitions))
+                    continue
+                wall, stats = _ours(names, port, concurrency, repetitions, fast=name == "ours")
+                walls[name].append(wall)
+                cpus[name].append(stats.cpu_s)
+                if name == "ours":
+                    last = stats
+            print(
+                f"  N={n} round {k + 1} ({' -> '.join(rotation(list(CONTENDERS), k))}): "
+                + ", ".join(f"{CONTENDERS[c]} {walls[c][-1]:.1f}s" for c in CONTENDERS),
+                flush=True,
+            )
     finally:
         stop(pid)
-    return {
-        "n": n,
-        "boot": boot,
-        "ours": ours,
-        "peer": peer,
-        "slow": slow,
-        "cpu": stats.cpu_s,
-        "slow_cpu": slow_stats.cpu_s,
-        "varbinds": stats.varbinds,
-        "requests": stats.requests,
-    }
+    assert last is not None
+    return {"n": n, "boot": boot, "walls": walls, "cpus": cpus, "varbinds": last.varbinds, "requests": last.requests}
+
+
+CONTENDERS = {"ours": "ours (v2c fast)", "slow": "ours via pysnmp", "peer": "net-snmp"}
 
 
 def main(argv: list[str]) -> int:
@@ -160,39 +174,42 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sizes", default=None, help="comma-separated switch counts (default 64,256,1024)")
     parser.add_argument("--concurrency", type=int, default=30)
     parser.add_argument("--max-repetitions", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per size, order rotating (default 3)")
     args = parser.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")] if args.sizes else ([64] if args.quick else [64, 256, 1024])
+    rounds = args.rounds or (2 if args.quick else 3)
     if shutil.which("snmpbulkwalk") is None:
         print("snmpbulkwalk not found (Debian package snmp, system-packages/snmp.txt)")
         return 1
     print(
         f"  {PORTS}-port switches, concurrency {args.concurrency}, max-repetitions {args.max_repetitions}, "
-        f"{os.cpu_count()} cores"
+        f"{rounds} rounds per size (order rotating), {os.cpu_count()} cores"
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-snmp-") as tmp:
         for n in sizes:
-            r = run_size(n, args.concurrency, args.max_repetitions, Path(tmp))
+            r = run_size(n, args.concurrency, args.max_repetitions, Path(tmp), rounds)
             rows.append(r)
             print(
-                f"  N={n}: snmpsim up in {r['boot']:.1f}s; ours {r['ours']:.1f}s, net-snmp {r['peer']:.1f}s, "
-                f"ours via pysnmp {r['slow']:.1f}s; {r['varbinds']} varbinds in {r['requests']} requests",
+                f"  N={n}: snmpsim up in {r['boot']:.1f}s; {r['varbinds']} varbinds in {r['requests']} requests",
                 flush=True,
             )
     print()
-    print(
-        f"  {'switches':>8} {'collector':>16} {'sw/s':>6} {'net-snmp sw/s':>14} {'wall vs net-snmp':>17} "
-        f"{'CPU ms/switch':>14} {'1000 sw on 1 core':>18}"
-    )
     for r in rows:
-        count, peer = int(r["n"]), r["peer"]
-        paths = (("ours (v2c fast)", r["ours"], r["cpu"]), ("ours via pysnmp", r["slow"], r["slow_cpu"]))
-        for label, wall, cpu in paths:
-            cpu_ms = 1000 * cpu / count
-            print(
-                f"  {count:>8} {label:>16} {count / wall:>6.1f} {count / peer:>14.1f} {wall / peer:>16.2f}x "
-                f"{cpu_ms:>14.1f} {cpu_ms:>16.0f} s"
-            )
+        count = int(r["n"])  # type: ignore[call-overload]
+        walls: dict[str, list[float]] = r["walls"]  # type: ignore[assignment]
+        cpus: dict[str, list[float]] = r["cpus"]  # type: ignore[assignment]
+        print(f"  N={count} switches")
+        for key, label in CONTENDERS.items():
+            rate = Spread.of([count / w for w in walls[key]])
+            line = f"    {label:>16}: {rate.fmt('.1f', ' sw/s')}"
+            if key in cpus:
+                line += f"; CPU {Spread.of([1000 * c / count for c in cpus[key]]).fmt('.1f', ' ms/switch')}"
+            print(line)
+        for key in ("ours", "slow"):
+            print(f"    {ratio_line(f'wall {CONTENDERS[key]} / net-snmp', walls[key], walls['peer'])}")
+        cpu_ms = statistics.median(1000 * c / count for c in cpus["ours"])
+        print(f"    1000 switches on 1 core at the median CPU: {cpu_ms:.0f} s")
     print("  wall: every tool is bound by snmpsim (pure-Python responder on the same 2 cores);")
     print("  CPU: the collector thread's own time (walk + decode + interpretation), per 48-port switch;")
     print("  'via pysnmp' is the same collector with v2c_fast_path=False (the pysnmp path SNMPv3 uses).")

@@ -10,16 +10,13 @@ import argparse
 import logging
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from controllers.budget_reconciler import BudgetReconciler
+    from controllers.reaper import Reaper
 
-@dataclass
-class _Source:
-    kubeconfig: Path | None = None
-    context: str | None = None
-    in_cluster: bool = False
-    api_url: str | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     reaper.add_argument("--kubeconfig", type=Path)
     reaper.add_argument("--in-cluster", action="store_true")
     reaper.add_argument("--no-dry-run", action="store_true", help="actually delete (default: audit only)")
-    reaper.add_argument("--period", type=float, default=5.0)
+    reaper.add_argument("--period", type=_positive, default=5.0, help="seconds between passes")
     reaper.add_argument("--grace", type=float, default=30.0)
     reaper.add_argument("--cap", type=int, default=200)
     reaper.add_argument("--prefix", default="gpufabric.io")
@@ -69,27 +66,82 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations at start-up: only problems matter
     if args.controller == "budget-reconciler":
         return _budget_reconciler(args)
+    return _reaper(args)
 
-    from connectors.kube import api_client
-    from connectors.warehouse import open_warehouse
+
+class _StopOnSignals:
+    """SIGTERM and SIGINT (even one inherited as ignored) stop the loop handed to :meth:`attach`,
+    or, before there is one, are remembered so start-up ends with exit 0 instead of a kill."""
+
+    def __init__(self) -> None:
+        self.requested: list[int] = []
+        self._loop: Reaper | BudgetReconciler | None = None
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.requested.append(signum)
+        if self._loop is not None:
+            self._loop.stop()
+
+    def attach(self, loop: Reaper | BudgetReconciler) -> None:
+        self._loop = loop
+        if self.requested:  # asked to stop while starting up
+            loop.stop()
+
+
+def _reaper(args: argparse.Namespace) -> int:
+    """The reaper loop until SIGTERM or SIGINT, then exit 0; bad set-up is one message, no traceback.
+
+    The handlers go in before anything slow (imports, migrations), so a stop during start-up is
+    a stop, not a kill; SIGINT is handled even when inherited as ignored (a background job of a
+    non-interactive shell), because a controller asked to stop must stop.
+    """
+    stop = _StopOnSignals()
+    log = logging.getLogger("gpufabric.reaper")
+
+    from kubernetes.config import ConfigException
+
+    from connectors.kube import ClusterTarget, api_client
+    from connectors.warehouse import WarehouseError, open_warehouse
     from connectors.warehouse.ledger import envelope_root_states
     from controllers.reaper import Reaper
     from core.orphans import OrphanPolicy
 
-    api = api_client(_Source(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster))
-    warehouse = open_warehouse()
+    try:
+        policy = OrphanPolicy(prefix=args.prefix, grace_s=args.grace, max_deletes_per_pass=args.cap)
+    except ValueError as err:
+        print(f"reaper: {err}", file=sys.stderr)
+        return 2
+    try:
+        api = api_client(ClusterTarget(kubeconfig=args.kubeconfig, in_cluster=args.in_cluster))
+    except (ConfigException, OSError) as err:
+        print(f"reaper: cannot reach Kubernetes: {err}", file=sys.stderr)
+        return 2
+    try:
+        warehouse = open_warehouse()
+    except WarehouseError as err:
+        print(f"reaper: cannot open the warehouse: {err}", file=sys.stderr)
+        return 1
     loop = Reaper(
         api,
         warehouse,
-        OrphanPolicy(prefix=args.prefix, grace_s=args.grace, max_deletes_per_pass=args.cap),
+        policy,
         roots=envelope_root_states(warehouse),  # roots the budget controller stopped
         dry_run=not args.no_dry_run,
         period_s=args.period,
         namespace=args.namespace,
     )
-    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
-    signal.signal(signal.SIGINT, lambda *_: loop.stop())
-    loop.run()
+    stop.attach(loop)
+    mode = "dry run" if loop.dry_run else "deleting"
+    log.info("orphan reaper started (%s, every %ss, grace %ss, at most %d deletes per pass)", mode, loop.period_s,
+             policy.grace_s, policy.max_deletes_per_pass)
+    try:
+        loop.run()
+    finally:
+        api.close()
+        warehouse.dispose()
+    log.info("orphan reaper stopped after %d passes (%d failed)", loop.passes, loop.errors)
     return 0
 
 
@@ -110,15 +162,18 @@ def _positive_int(text: str) -> int:
 
 
 def _budget_reconciler(args: argparse.Namespace) -> int:
-    """Load the site file first: a bad file is one clear message and exit 2, never a traceback."""
+    """Load the site file first: a bad file is one clear message and exit 2, never a traceback.
+    Stop handlers go in before anything slow, as for the reaper (a stop during start-up is a stop)."""
+    stop = _StopOnSignals()
+
     from dataclasses import replace
 
     from kubernetes.config import ConfigException
 
-    from connectors.kube import api_client
+    from connectors.kube import ClusterTarget, api_client
     from connectors.warehouse import WarehouseError, open_warehouse
     from controllers.budget_reconciler import BudgetReconciler
-    from pipelines.settings import SettingsError, load_budget_config
+    from settings import SettingsError, load_budget_config
 
     try:
         settings, config = load_budget_config(args.config)
@@ -128,7 +183,7 @@ def _budget_reconciler(args: argparse.Namespace) -> int:
     if args.alert_only:
         config = replace(config, alert_only=True)
     try:
-        api = api_client(_Source(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster))
+        api = api_client(ClusterTarget(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster))
     except (ConfigException, OSError) as err:
         print(f"budget-reconciler: cannot reach Kubernetes: {err}", file=sys.stderr)
         return 2
@@ -150,8 +205,10 @@ def _budget_reconciler(args: argparse.Namespace) -> int:
     logging.getLogger("gpufabric.budget").info(
         "budget reconciler started (%s, every %ss, site file %s)", mode, loop.period_s, settings.source_path
     )
-    signal.signal(signal.SIGTERM, lambda *_: loop.stop())
-    signal.signal(signal.SIGINT, lambda *_: loop.stop())
+    stop.attach(loop)
+    if stop.requested:  # asked to stop while starting up
+        api.close()
+        return 0
     if args.once:
         result = loop.run_pass()
         api.close()

@@ -142,7 +142,7 @@ def app_from_environment() -> Starlette:
     at ``$GPUFABRIC_CONFIG`` and the ledger at ``$GPUFABRIC_DATABASE_URL`` (:func:`main` sets both,
     so every worker sees the same file and database the parent checked)."""
     from connectors.warehouse.warehouse import ENV_DATABASE_URL
-    from pipelines.settings.budget import load_budget_config
+    from settings.budget import load_budget_config
 
     _, config = load_budget_config()
     # One admission at a time per worker: a second connection only stands by for a broken one.
@@ -157,9 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from connectors.warehouse import open_warehouse
     from connectors.warehouse.warehouse import ENV_DATABASE_URL
-    from pipelines.settings import SettingsError
-    from pipelines.settings.budget import load_budget_config
-    from pipelines.settings.loading import ENV_CONFIG, default_settings_path
+    from settings import SettingsError
+    from settings.budget import load_budget_config
+    from settings.loading import ENV_CONFIG, default_settings_path
 
     parser = argparse.ArgumentParser(
         prog="python -m controllers budget-webhook",

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import psycopg
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -65,7 +67,9 @@ class Reaper:
         try:
             report = reap_once(self.api, self.policy, roots=self.roots, dry_run=self.dry_run, clock=self.clock,
                                namespace=self.namespace)
-        except (ApiException, OSError, ValueError) as exc:
+        except (ApiException, OSError, ValueError, urllib3.exceptions.HTTPError, psycopg.Error) as exc:
+            # API unreachable (urllib3 gives up with MaxRetryError, not an OSError), a 5xx, the
+            # budget ledger's database down: nothing was deleted, since a pass reads before it acts.
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"[:500]
             log.warning("reaper pass failed, retrying next tick: %s", self.last_error)

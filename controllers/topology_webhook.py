@@ -1,19 +1,33 @@
-"""Topology admission webhook: AdmissionReview v1 over HTTPS (``python -m controllers`` mounts
-it, or ``serve`` here). Thin: parse and bound the request, call ``core.publish.admission``.
+"""Topology admission webhook: AdmissionReview v1 over HTTPS (``python -m controllers
+topology-webhook``). Thin: parse and bound the request, call ``core.publish.admission``.
 
 Every answer is an AdmissionReview or, for a request that is not one, a JSON error with a
 4xx status: never a 500 with a traceback. The API server calls us with ``failurePolicy:
 Ignore`` (deploy/webhook), so an outage of this webhook never blocks submissions.
-The topology index (domains per level with their GPUs) comes from the cluster's nodes, reloaded
-every ``refresh_s`` in a background thread; a failed reload keeps the previous index.
+
+The topology index (domains per level with their GPUs) comes from the cluster's nodes, kept
+current by a node watch (:mod:`connectors.kube.watch`): a relabelled node counts within a second,
+not at the next poll. Bursts of events (a publish relabels every node) are coalesced: the watch
+only marks the index stale and one thread rebuilds it from the latest copy of the nodes. While
+the watch is broken the last index stays in use. Until the first list succeeds ``/healthz``
+answers 503 (the readiness probe keeps us out of the Service) and ``/validate`` admits with a
+warning, as ``failurePolicy: Ignore`` would.
+
+The process stops on SIGTERM and SIGINT with exit code 0 however it was started (SIGINT ignored
+included, as a background job of a non-interactive shell has it): uvicorn runs on a thread and
+the main thread owns the signals. Run in the main thread, uvicorn would install its own handlers
+and re-raise the signal after shutting down (exit -15 on SIGTERM, a KeyboardInterrupt traceback on
+SIGINT).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import signal
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,34 +44,76 @@ API_VERSION = "admission.k8s.io/v1"
 
 
 class IndexHolder:
-    """The current index, swapped atomically; ``loader`` rebuilds it from the cluster."""
+    """The current index, swapped atomically (a reader takes one reference, never a lock).
 
-    def __init__(self, index: TopologyIndex, loader: Callable[[], TopologyIndex] | None = None) -> None:
+    ``None`` until the first list of the nodes: the webhook then admits with a warning.
+    """
+
+    def __init__(self, index: TopologyIndex | None = None) -> None:
         self.index = index
-        self.loader = loader
-        self._stop = threading.Event()
 
-    def refresh(self) -> bool:
-        if self.loader is None:
-            return False
+
+def index_from_nodes(nodes: Iterable[Mapping[str, Any]], levels: Sequence[str]) -> TopologyIndex:
+    """Domains from the nodes' labels and allocatable GPUs (API JSON), as Kueue sees them."""
+    rows = []
+    for node in nodes:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
         try:
-            self.index = self.loader()
-            return True
-        except Exception:
-            log.warning("topology index reload failed; keeping the previous one", exc_info=True)
-            return False
+            gpus = int(str(allocatable.get("nvidia.com/gpu", "0")))
+        except ValueError:
+            gpus = 0  # not a whole number: the device plugin never publishes that, count none
+        rows.append((labels, gpus))
+    return TopologyIndex.from_nodes(levels, rows)
 
-    def run_every(self, seconds: float) -> threading.Thread:
-        def loop() -> None:
-            while not self._stop.wait(seconds):
-                self.refresh()
 
-        thread = threading.Thread(target=loop, name="topology-index", daemon=True)
-        thread.start()
-        return thread
+class NodeIndexer:
+    """Keeps ``holder.index`` in step with the cluster: a node watch marks it stale, this rebuilds.
+
+    One rebuild covers every event that arrived before it started, so a publish that relabels 500
+    nodes costs a handful of rebuilds, not 500. A rebuild that fails keeps the previous index.
+    """
+
+    def __init__(self, holder: IndexHolder, api: Any, levels: Sequence[str], **watch_options: Any) -> None:
+        from connectors.kube.watch import node_labels_and_allocatable, watch_nodes
+
+        self.holder = holder
+        self.levels = tuple(levels)
+        self.rebuilds = 0
+        self._stale = threading.Event()
+        self._stop = threading.Event()
+        self.watch = watch_nodes(api, on_change=self._stale.set, transform=node_labels_and_allocatable,
+                                 **watch_options)  # fmt: skip
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> NodeIndexer:
+        self.watch.start()
+        self._thread = threading.Thread(target=self._run, name="topology-index", daemon=True)
+        self._thread.start()
+        return self
 
     def stop(self) -> None:
         self._stop.set()
+        self._stale.set()
+        self.watch.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            self._stale.wait()
+            if self._stop.is_set():
+                return
+            self._stale.clear()
+            nodes = self.watch.snapshot()
+            try:
+                self.holder.index = index_from_nodes(nodes, self.levels)
+            except Exception:
+                log.warning("topology index rebuild failed; keeping the previous one", exc_info=True)
+                continue
+            if self.rebuilds == 0:
+                log.info("topology index loaded from %d nodes", len(nodes))
+            self.rebuilds += 1
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -104,8 +160,11 @@ def make_app(holder: IndexHolder) -> Starlette:
         obj = req.get("object")
         if not isinstance(obj, dict):
             return _review(uid, False, "AdmissionReview.request.object is missing or not an object", code=400)
+        index = holder.index
+        if index is None:
+            return _review(uid, True, warnings=["gpufabric topology index not loaded yet; not checked"])
         try:
-            verdict = evaluate(obj, holder.index)
+            verdict = evaluate(obj, index)
         except BadWorkload as exc:
             return _review(uid, False, f"cannot read the workload: {exc}", code=400)
         except Exception:
@@ -114,41 +173,26 @@ def make_app(holder: IndexHolder) -> Starlette:
         return _review(uid, verdict.allowed, verdict.message, verdict.warnings)
 
     async def healthz(_: Request) -> Response:
+        if holder.index is None:
+            return Response("topology index not loaded yet", status_code=503)
         return Response("ok")
 
-    async def allow_all(request: Request) -> Response:
-        """The benchmark's peer: same TLS, server and parse, no policy."""
-        review = json.loads(await request.body())
-        return _review(review["request"]["uid"], True)
-
-    return Starlette(routes=[Route("/validate", validate, methods=["POST"]), Route("/healthz", healthz),
-                             Route("/allow", allow_all, methods=["POST"])])  # fmt: skip
-
-
-def index_from_cluster(api: Any, levels: Sequence[str]) -> TopologyIndex:
-    """Domains from the nodes' labels and allocatable GPUs, as Kueue sees them."""
-    from connectors.kube import list_nodes
-
-    nodes = []
-    for n in list_nodes(api):
-        alloc = (n.status.allocatable or {}) if n.status else {}
-        try:
-            gpus = int(str(alloc.get("nvidia.com/gpu", "0")))
-        except ValueError:
-            gpus = 0
-        meta: Any = n.metadata
-        nodes.append((meta.labels or {}, gpus))
-    return TopologyIndex.from_nodes(levels, nodes)
+    return Starlette(routes=[Route("/validate", validate, methods=["POST"]), Route("/healthz", healthz)])
 
 
 class Server:
-    """uvicorn on a thread (tests, bench) or the main thread (``serve``), HTTPS only."""
+    """uvicorn on a thread, HTTPS only: the webhook's app for an :class:`IndexHolder`, or any ASGI
+    app (the benchmark's no-op peer runs on the same stack). On a thread uvicorn installs no
+    signal handlers; whoever owns the main thread decides when to :meth:`stop`."""
 
-    def __init__(self, holder: IndexHolder, cert: Path, key: Path, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, holder: IndexHolder | Any, cert: Path, key: Path, host: str = "127.0.0.1", port: int = 0
+                 ) -> None:  # fmt: skip
         import uvicorn
 
-        config = uvicorn.Config(make_app(holder), host=host, port=port, ssl_certfile=str(cert), ssl_keyfile=str(key),
-                                log_level="warning", access_log=False)  # fmt: skip
+        app = make_app(holder) if isinstance(holder, IndexHolder) else holder
+        # timeout_graceful_shutdown: a client holding a request open must not hold up a stop
+        config = uvicorn.Config(app, host=host, port=port, ssl_certfile=str(cert), ssl_keyfile=str(key),
+                                log_level="warning", access_log=False, timeout_graceful_shutdown=5)  # fmt: skip
         self.server = uvicorn.Server(config)
         self.thread: threading.Thread | None = None
 
@@ -175,8 +219,10 @@ class Server:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m controllers.topology_webhook``: serve until SIGTERM."""
+    """``python -m controllers topology-webhook``: serve until SIGTERM or SIGINT, then exit 0."""
     import argparse
+
+    from kubernetes.config import ConfigException
 
     from connectors.kube import api_client
     from core.publish import LabelScheme
@@ -190,8 +236,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kubeconfig")
     parser.add_argument("--scheme", choices=("gpufabric", "topograph"), default="gpufabric")
     parser.add_argument("--prefix", default="gpufabric.io")
-    parser.add_argument("--refresh-s", type=float, default=60.0)
     args = parser.parse_args(argv)
+    for path in (args.cert, args.key):
+        if not path.is_file():
+            parser.error(f"{path}: no such file")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    # First thing after the arguments: a signal during start-up must stop us, not kill us.
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("topology webhook stopping on %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)  # also when inherited as ignored: a stop request is a stop request
 
     class _Source:
         kubeconfig = args.kubeconfig
@@ -199,13 +258,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         in_cluster = args.in_cluster
         api_url = None
 
-    api = api_client(_Source())
+    try:
+        api = api_client(_Source())
+    except (ConfigException, OSError) as err:
+        print(f"topology-webhook: cannot reach Kubernetes: {err}", file=sys.stderr)
+        return 2
     levels = LabelScheme(args.scheme, args.prefix).topology_levels()
-    holder = IndexHolder(index_from_cluster(api, levels), lambda: index_from_cluster(api, levels))
-    holder.run_every(args.refresh_s)
+    holder = IndexHolder()
+    indexer = NodeIndexer(holder, api, levels).start()
     server = Server(holder, args.cert, args.key, args.host, args.port)
-    server.server.run()
-    return 0
+    code = 0
+    try:
+        try:
+            server.start()
+        except RuntimeError as err:
+            print(f"topology-webhook: {err} on {args.host}:{args.port} (see the log above)", file=sys.stderr)
+            return 1
+        log.info("topology webhook serving on https://%s:%d", args.host, server.port)
+        while not stop.wait(0.5):
+            if server.thread is None or not server.thread.is_alive():
+                log.error("the HTTPS server stopped on its own")
+                code = 1
+                break
+    finally:
+        server.stop()
+        indexer.stop()
+        api.close()
+    log.info("topology webhook stopped")
+    return code
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from connectors.warehouse import WarehouseError
     from connectors.warehouse.embedded import EmbeddedPostgresError
     from pipelines.runner import SelectionError
-    from pipelines.settings import SettingsError
+    from settings import SettingsError
     from simulator.spec import SpecError
 
     return (WarehouseError, EmbeddedPostgresError, SelectionError, SettingsError, SpecError, FileNotFoundError)
@@ -224,7 +224,7 @@ def config_validate(
     file: Annotated[Path | None, typer.Argument(help="default: $GPUFABRIC_CONFIG or ./gpufabric.yaml")] = None,
 ) -> None:
     """Validate a site file; every problem is listed as file:line: field: reason."""
-    from pipelines.settings import default_settings_path, load_settings
+    from settings import default_settings_path, load_settings
 
     path = file or default_settings_path()
     settings = load_settings(path)

@@ -33,10 +33,10 @@ def ingest_ibnetdiscover(
     run_id: Annotated[str | None, typer.Option(help="run id (default: ingest-<time>-<random>)")] = None,
 ) -> None:
     """Parse a saved ibnetdiscover output and land nodes, ports and links in raw.ib_*."""
-    from assets.infiniband.assets import land_fabric
     from connectors.ibnetdiscover import IbnetdiscoverError, parse_file
     from connectors.warehouse import WarehouseError, open_warehouse
     from core.quality import CollectionStatus
+    from services.infiniband import land_fabric
 
     source = name or file.name
     rid = run_id or f"ingest-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"

@@ -28,7 +28,7 @@ GraceOpt = Annotated[float, typer.Option(help="seconds after a Lease expires bef
 def _connect(kubeconfig: Path | None, cluster: str | None) -> tuple[Any, str]:
     """An ApiClient and the label prefix, from a kubeconfig or the site file."""
     from connectors.kube import api_client
-    from pipelines.settings import SettingsError, default_settings_path, load_settings
+    from settings import SettingsError, default_settings_path, load_settings
 
     if kubeconfig is not None:
         from dataclasses import dataclass

@@ -26,7 +26,7 @@ err = Console(stderr=True)
 
 
 def _settings(config: Path | None) -> Any:
-    from pipelines.settings import default_settings_path, load_settings
+    from settings import default_settings_path, load_settings
 
     return load_settings(config or default_settings_path())
 
@@ -49,10 +49,10 @@ def _expected() -> tuple[type[BaseException], ...]:
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
-    from assets.publish.service import PublishRefused
     from connectors.warehouse import WarehouseError
     from core.publish import RenderError
-    from pipelines.settings import SettingsError
+    from services.publish import PublishRefused
+    from settings import SettingsError
 
     return (PublishRefused, RenderError, SettingsError, WarehouseError, ConfigException, ApiException, HTTPError,
             ValueError, OSError)  # fmt: skip
@@ -77,9 +77,9 @@ def publish(
     """Publish the latest topology version to the cluster (guarded; see --dry-run)."""
     if ctx.invoked_subcommand is not None:
         return
-    from assets.publish.service import config_from_settings, publish_fabric
     from connectors.kube import api_client
     from connectors.warehouse import open_warehouse
+    from services.publish import config_from_settings, publish_fabric
 
     try:
         settings = _settings(config)
@@ -103,8 +103,8 @@ def history(
     limit: Annotated[int, typer.Option(help="rows")] = 20,
 ) -> None:
     """The latest publishes: mode, status, topology version, counts."""
-    from assets.publish.store import history as rows
     from connectors.warehouse import WarehouseError, open_warehouse
+    from services.publish import history as rows
 
     try:
         with open_warehouse().connect() as conn:
@@ -129,16 +129,16 @@ def kueue_render(
     """Print the Kueue objects (YAML, one document each) without writing anything."""
     import yaml
 
-    from assets.publish.service import _state_for, config_from_settings
     from connectors.kube import api_client
     from connectors.warehouse import open_warehouse
+    from services.publish import config_from_settings, desired_state_for
 
     try:
         settings = _settings(config)
         source = _source(settings, cluster)
         cfg = config_from_settings(settings, source.name)
         with api_client(source) as api, open_warehouse().connect() as conn:
-            _, state = _state_for(conn, api, cfg, version)
+            _, state = desired_state_for(conn, api, cfg, version)
     except _expected() as exc:
         _fail(str(exc))
         return

@@ -34,10 +34,10 @@ class _Fail(Exception):
 
 def _current(version: int | None) -> tuple[TopologyModel, dict[str, Any], bool]:
     """(model, its JSON document, whether a new version was written)."""
-    from assets.topology.store import load_model, load_observations, write_snapshot
     from connectors.warehouse import WarehouseError, open_warehouse
     from core.topology import derive
     from core.topology.model import model_from_json
+    from services.topology import load_model, load_observations, write_snapshot
 
     try:
         wh = open_warehouse()
@@ -106,8 +106,8 @@ def show(
 @app.command("versions")
 def versions() -> None:
     """List the stored versions with their counts."""
-    from assets.topology.store import list_versions
     from connectors.warehouse import WarehouseError, open_warehouse
+    from services.topology import list_versions
 
     try:
         with open_warehouse().connect() as conn:

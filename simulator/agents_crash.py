@@ -13,9 +13,11 @@ running beside them the whole time. Each crash is a different failure:
    spawns a replacement sub-orchestrator with a new identity and fresh workers.
 
 The driver records which pods must be reaped (``expected_orphans``) and which must survive
-(``healthy``), so a test can judge the reaper against ground truth. Orchestrators are
-:class:`connectors.kube.agents.Orchestrator` handles renewing Leases on threads; "crash" is
-stopping that thread.
+(``healthy``), so a test can judge the reaper against ground truth. The orchestrators are the
+agent SDK that agent frameworks use (``connectors.kube.agents.Orchestrator`` and ``Spawn``),
+handed in by the caller (:class:`AgentSdk`): the simulator imports nothing of ours but ``core``,
+and the replay drives whatever SDK it is given. An orchestrator renews its Lease on a thread;
+"crash" is stopping that thread.
 """
 
 from __future__ import annotations
@@ -28,9 +30,17 @@ from typing import Any
 
 from kubernetes import client
 
-from connectors.kube.agents import Orchestrator, Spawn
+ORCHESTRATOR_TTL_S = 6 * 3600
 
-ORCH = Spawn(agent_type="orchestrator", ttl_s=6 * 3600)
+
+@dataclass(frozen=True)
+class AgentSdk:
+    """The agent SDK the replay drives: ``orchestrator(api, namespace=, agent_id=, ...)`` makes a
+    handle with ``register``/``spawn``/``renew``/``start_heartbeat``/``stop``; ``spawn(**kw)`` makes
+    what ``spawn`` takes (``connectors.kube.agents.Orchestrator`` and ``Spawn``)."""
+
+    orchestrator: Callable[..., Any]
+    spawn: Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,7 @@ class Workload:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> {name, namespace, tree, gpus}
     healthy: set[str] = field(default_factory=set)
     expected_orphans: set[str] = field(default_factory=set)
-    orchestrators: list[Orchestrator] = field(default_factory=list)
+    orchestrators: list[Any] = field(default_factory=list)
     crashes: list[Crash] = field(default_factory=list)
 
     @property
@@ -92,15 +102,16 @@ class Workload:
 class CrashReplay:
     """Build the workload, then crash it on cue. ``clock`` is shared with the reaper."""
 
-    def __init__(self, api: client.ApiClient, *, plans: tuple[TreePlan, ...] = INCIDENT, prefix: str = "gpufabric.io",
-                 lease_duration_s: int = 3, renew_period_s: float = 1.0, clock: Callable[[], datetime] | None = None,
-                 workers: int = 8) -> None:
-        self.api, self.plans, self.prefix = api, plans, prefix
+    def __init__(self, api: client.ApiClient, sdk: AgentSdk, *, plans: tuple[TreePlan, ...] = INCIDENT,
+                 prefix: str = "gpufabric.io", lease_duration_s: int = 3, renew_period_s: float = 1.0,
+                 clock: Callable[[], datetime] | None = None, workers: int = 8) -> None:
+        self.api, self.sdk, self.plans, self.prefix = api, sdk, plans, prefix
+        self._orchestrator_spawn = sdk.spawn(agent_type="orchestrator", ttl_s=ORCHESTRATOR_TTL_S)
         self.lease_duration_s, self.renew_period_s = lease_duration_s, renew_period_s
         self.clock = clock or (lambda: datetime.now(UTC))
         self.workers = workers
         self.workload = Workload()
-        self._trees: dict[str, tuple[Orchestrator, list[tuple[Orchestrator, set[str], str]]]] = {}
+        self._trees: dict[str, tuple[Any, list[tuple[Any, set[str], str]]]] = {}
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -110,9 +121,11 @@ class CrashReplay:
         """Create every tree (in parallel over the pool: ~850 creates) and start the heartbeats."""
         with ThreadPoolExecutor(self.workers) as pool:
             for index, tree in enumerate(self.plans):
-                root = Orchestrator(self.api, namespace=tree.namespace, agent_id=f"{tree.name}-root-{index}",
-                                    lease_duration_s=self.lease_duration_s, prefix=self.prefix, clock=self.clock)
-                root_uid = self._record(root.register(ORCH), tree.name, 0)
+                root = self.sdk.orchestrator(
+                    self.api, namespace=tree.namespace, agent_id=f"{tree.name}-root-{index}",
+                    lease_duration_s=self.lease_duration_s, prefix=self.prefix, clock=self.clock,
+                )  # fmt: skip
+                root_uid = self._record(root.register(self._orchestrator_spawn), tree.name, 0)
                 subs = []
                 for j, mix in enumerate(tree.subs):
                     subs.append(self._sub(pool, root, f"{tree.name}-sub-{j}", mix, tree.name))
@@ -128,14 +141,15 @@ class CrashReplay:
             orch.start_heartbeat(self.renew_period_s)
         return self.workload
 
-    def _sub(self, pool: ThreadPoolExecutor, parent: Orchestrator, agent_id: str, mix: Mix,
-             tree: str) -> tuple[Orchestrator, set[str], str]:
+    def _sub(self, pool: ThreadPoolExecutor, parent: Any, agent_id: str, mix: Mix,
+             tree: str) -> tuple[Any, set[str], str]:
         sub = parent.child(agent_id)
         sub.renew()
-        own = self._record(parent.spawn(Spawn(agent_type="orchestrator", ttl_s=ORCH.ttl_s, agent_id=agent_id)),
-                           tree, 0)
-        kinds = ([Spawn(gpus=1, tier="gpu")] * mix.gpu + [Spawn(gpus=1, tier="gpu", gated=True)] * mix.gated
-                 + [Spawn(tier="cpu")] * mix.pending + [Spawn(gpus=1, tier="gpu", suspended=True)] * mix.suspended)
+        spawn = self.sdk.spawn
+        own = self._record(parent.spawn(spawn(agent_type="orchestrator", ttl_s=ORCHESTRATOR_TTL_S, agent_id=agent_id)),
+                           tree, 0)  # fmt: skip
+        kinds = ([spawn(gpus=1, tier="gpu")] * mix.gpu + [spawn(gpus=1, tier="gpu", gated=True)] * mix.gated
+                 + [spawn(tier="cpu")] * mix.pending + [spawn(gpus=1, tier="gpu", suspended=True)] * mix.suspended)
         created = list(pool.map(sub.spawn, kinds))
         uids = {own}
         running = []
@@ -185,13 +199,15 @@ class CrashReplay:
             self._restart(plan, root)
         return event
 
-    def _restart(self, plan: TreePlan, root: Orchestrator) -> None:
+    def _restart(self, plan: TreePlan, root: Any) -> None:
         """A replacement under a *new* identity: the old children stay orphaned (nobody adopts them)."""
         with ThreadPoolExecutor(self.workers) as pool:
             if plan.crash == "root-crash":
-                new_root = Orchestrator(self.api, namespace=plan.namespace, agent_id=f"{plan.name}-root-restarted",
-                                        lease_duration_s=self.lease_duration_s, prefix=self.prefix, clock=self.clock)
-                self.workload.healthy.add(self._record(new_root.register(ORCH), plan.name, 0))
+                new_root = self.sdk.orchestrator(
+                    self.api, namespace=plan.namespace, agent_id=f"{plan.name}-root-restarted",
+                    lease_duration_s=self.lease_duration_s, prefix=self.prefix, clock=self.clock,
+                )  # fmt: skip
+                self.workload.healthy.add(self._record(new_root.register(self._orchestrator_spawn), plan.name, 0))
                 sub, uids, _ = self._sub(pool, new_root, f"{plan.name}-sub-restarted", plan.restart or Mix(0),
                                          plan.name)
                 new_root.start_heartbeat(self.renew_period_s)

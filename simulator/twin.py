@@ -208,6 +208,12 @@ def stop_pids(pids: Sequence[int], grace_s: float = 5.0) -> int:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            # SIGKILL is delivered when the process next runs: on a busy machine that is not yet
+            # when kill() returns. Wait for it (bounded), so "stopped" means gone.
+            kill_deadline = time.monotonic() + 5.0
+            while _alive(pid) and time.monotonic() < kill_deadline:
+                _reap(pid)
+                time.sleep(0.02)
         _reap(pid)
     forget(pids)
     return stopped

@@ -13,10 +13,10 @@ import dagster as dg
 
 from connectors.kube import api_client
 from connectors.kube.agents import reap_once
-from connectors.warehouse import copy_rows
+from connectors.warehouse import Warehouse, copy_rows
 from connectors.warehouse.ledger import envelope_root_states
 from core.orphans import AUDIT_COLUMNS, AUDIT_TABLE, Action, OrphanPolicy, Verdict, audit_rows
-from pipelines.resources import SiteConfigResource, WarehouseResource
+from settings import Settings
 
 
 class OrphanReaperResource(dg.ConfigurableResource):
@@ -40,15 +40,14 @@ class OrphanReaperResource(dg.ConfigurableResource):
         )
 
 
-def reap_clusters(site: SiteConfigResource, warehouse: WarehouseResource, reaper: OrphanReaperResource) -> str:
+def reap_clusters(settings: Settings, warehouse: Warehouse, reaper: OrphanReaperResource) -> str:
     """One pass per cluster; the human summary of what happened."""
-    settings = site.get()
     policy = reaper.policy(settings.label_prefix)
     parts: list[str] = []
     for source in settings.sources.kubernetes:
         api = api_client(source)
         try:
-            report = reap_once(api, policy, roots=envelope_root_states(warehouse.get()), dry_run=reaper.dry_run)
+            report = reap_once(api, policy, roots=envelope_root_states(warehouse), dry_run=reaper.dry_run)
         except Exception as exc:  # one unreachable cluster must not hide the others
             parts.append(f"{source.name}: not read ({type(exc).__name__}), nothing done")
             continue
@@ -56,7 +55,7 @@ def reap_clusters(site: SiteConfigResource, warehouse: WarehouseResource, reaper
             api.close()
         rows = audit_rows(report.decisions, pass_id=report.pass_id, controller="sensor", dry_run=reaper.dry_run)
         if rows:
-            with warehouse.get().connect() as conn, conn.transaction():
+            with warehouse.connect() as conn, conn.transaction():
                 copy_rows(conn, AUDIT_TABLE, AUDIT_COLUMNS, rows)
         orphans = [f for f in report.findings if f.verdict is Verdict.ORPHANED]
         parts.append(
@@ -76,8 +75,8 @@ def reap_clusters(site: SiteConfigResource, warehouse: WarehouseResource, reaper
 )
 def orphan_reaper(
     context: dg.SensorEvaluationContext,
-    site: SiteConfigResource,
-    warehouse: WarehouseResource,
+    site: dg.ResourceParam[Settings],
+    warehouse: dg.ResourceParam[Warehouse],
     orphan_reaper: OrphanReaperResource,
 ) -> dg.SkipReason:
     summary = reap_clusters(site, warehouse, orphan_reaper)

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from connectors.warehouse import Warehouse
 from connectors.warehouse.settlement import settle_finished
-from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.settings import settlement_policy_from_settings
+from settings import Settings, settlement_policy_from_settings
 
 BUDGET_SETTLEMENT = dg.AssetKey(["agents", "budget_settlement"])
 COST_FACT = dg.AssetKey(["finops", "gpu_cost_hourly"])
@@ -33,11 +33,11 @@ POD_SNAPSHOTS = dg.AssetKey(["raw", "k8s_pod_snapshots"])
     "(agents.ledger, agents.envelopes; exceptions audited in agents.budget_audit).",
 )
 def budget_settlement(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, site: SiteConfigResource
+    context: dg.AssetExecutionContext, warehouse: dg.ResourceParam[Warehouse], site: dg.ResourceParam[Settings]
 ) -> dg.MaterializeResult:
-    settings = site.get()
+    settings = site
     policy = settlement_policy_from_settings(settings)
-    with warehouse.get().connect(autocommit=True) as conn:
+    with warehouse.connect(autocommit=True) as conn:
         report = settle_finished(conn, policy, datetime.now(UTC), prefix=settings.label_prefix)
     for res, decision in report.decisions:
         if decision.settles and decision.audited:

@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 from dagster_dbt import DbtCliResource, DbtProject, dbt_assets
 
-from pipelines.resources import WarehouseResource
+from connectors.warehouse import Warehouse
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 _DBT_EXECUTABLE = Path(sys.executable).with_name("dbt")
@@ -61,9 +61,11 @@ ensure_manifest()
 
 
 @dbt_assets(manifest=dbt_project.manifest_path, project=dbt_project)
-def gpufabric_dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: WarehouseResource):  # type: ignore[no-untyped-def]
+def gpufabric_dbt_models(  # type: ignore[no-untyped-def]
+    context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: dg.ResourceParam[Warehouse]
+):
     """Build (run + test) the selected dbt models against the warehouse the pipeline uses."""
-    os.environ.update(warehouse.get().libpq_env())  # dbt/profiles.yml reads these
+    os.environ.update(warehouse.libpq_env())  # dbt/profiles.yml reads these
     yield from dbt.cli(["build"], context=context).stream()
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import dagster as dg
 
 from connectors.dcim.parser import SOURCE, DcimFormatError, DcimRecord, parse_file
-from connectors.warehouse import land_collection
+from connectors.warehouse import Warehouse, land_collection
 from core.quality import CollectionStatus, Parsed, Quarantined
-from pipelines.resources import SiteConfigResource, WarehouseResource
+from settings import Settings
 
 DCIM_COLUMNS = (
     "run_id",
@@ -66,11 +66,11 @@ def dcim_rows(
     description="DCIM inventory exports landed untouched (one row per node per collection).",
 )
 def dcim_inventory(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, site: SiteConfigResource
+    context: dg.AssetExecutionContext, warehouse: dg.ResourceParam[Warehouse], site: dg.ResourceParam[Settings]
 ) -> dg.MaterializeResult:
-    settings = site.get()
+    settings = site
     run_id = context.run.run_id
-    wh = warehouse.get()
+    wh = warehouse
     statuses: Counter[str] = Counter()
     landed = quarantined = 0
     if not settings.sources.dcim:

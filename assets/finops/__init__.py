@@ -6,8 +6,8 @@ from dagster_dbt import build_dbt_asset_selection
 
 from assets.dbt.assets import gpufabric_dbt_models
 from assets.finops.anomalies import finops_anomalies, finops_anomaly_alerts
+from assets.finops.resources import AlertWebhookResource, FinOpsResource
 from assets.finops.snapshots import k8s_pod_snapshots, land_pod_snapshots
-from pipelines.resources_finops import AlertWebhookResource, FinOpsResource
 
 pod_snapshots_job = dg.define_asset_job("finops_pod_snapshots", selection=dg.AssetSelection.assets(k8s_pod_snapshots))
 cost_job = dg.define_asset_job(

@@ -17,10 +17,10 @@ import dagster as dg
 import psycopg
 from psycopg.rows import dict_row
 
+from assets.finops.resources import AlertWebhookResource, FinOpsResource
+from connectors.warehouse import Warehouse
 from core.finops.alerts import slack_payload
 from core.finops.anomaly import Anomaly, SeriesKey, Thresholds, detect
-from pipelines.resources import WarehouseResource
-from pipelines.resources_finops import AlertWebhookResource, FinOpsResource
 
 COST_FACT = dg.AssetKey(["finops", "gpu_cost_hourly"])
 ANOMALIES = dg.AssetKey(["ops", "finops_anomalies"])
@@ -108,9 +108,9 @@ def detect_anomalies(conn: psycopg.Connection, thr: Thresholds, lookback_hours: 
     description="Cost anomalies per (client, agent type, tier) and hour: seasonal median/MAD, or budget burn rate.",
 )
 def finops_anomalies(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, finops: FinOpsResource
+    context: dg.AssetExecutionContext, warehouse: dg.ResourceParam[Warehouse], finops: FinOpsResource
 ) -> dg.MaterializeResult:
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         result = detect_anomalies(conn, finops.thresholds(), finops.lookback_hours, context.run.run_id)
         quality = {
             "telemetry_pod_hours_without_pod": _count(
@@ -178,9 +178,9 @@ def deliver_pending(conn: psycopg.Connection, webhook: AlertWebhookResource) -> 
     description="Sends each new cost anomaly to the configured webhook once (Slack-compatible JSON), with retries.",
 )
 def finops_anomaly_alerts(
-    context: dg.SensorEvaluationContext, warehouse: WarehouseResource, alert_webhook: AlertWebhookResource
+    context: dg.SensorEvaluationContext, warehouse: dg.ResourceParam[Warehouse], alert_webhook: AlertWebhookResource
 ) -> dg.SkipReason:
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         counts = deliver_pending(conn, alert_webhook)
     if counts["failed"]:
         context.log.warning("finops alerts: %d delivery(ies) failed; retried next tick", counts["failed"])

@@ -18,16 +18,16 @@ import psycopg
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
+from assets.finops.resources import FinOpsResource
 from connectors.kube import api_client
 from connectors.kube.pods import SOURCE, list_nodes_raw, list_pods_raw, node_snapshot, parse_pods, watch_pods
-from connectors.warehouse import copy_rows, land_collection, record_status, replace_rows
+from connectors.warehouse import Warehouse, copy_rows, land_collection, record_status, replace_rows
 from core.finops.gpu import GpuRequests
 from core.finops.money import RateCard, find_rate
 from core.finops.records import NODE_COLUMNS, POD_COLUMNS, NodeSnapshot, PodSnapshot, node_row, pod_row
 from core.finops.trees import TreePod, tree_usage
 from core.quality import CollectionStatus, Parsed
-from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.resources_finops import FinOpsResource
+from settings import Settings
 
 POD_SNAPSHOTS = dg.AssetKey(["raw", "k8s_pod_snapshots"])
 NODE_SNAPSHOTS = dg.AssetKey(["raw", "k8s_node_snapshots"])
@@ -199,11 +199,14 @@ def land_pod_snapshots(
     ],
 )
 def k8s_pod_snapshots(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, site: SiteConfigResource, finops: FinOpsResource
+    context: dg.AssetExecutionContext,
+    warehouse: dg.ResourceParam[Warehouse],
+    site: dg.ResourceParam[Settings],
+    finops: FinOpsResource,
 ) -> Iterator[dg.MaterializeResult]:
-    settings = site.get()
+    settings = site
     run_id = context.run.run_id
-    wh = warehouse.get()
+    wh = warehouse
     total = Landed()
     statuses: Counter[str] = Counter()
     if not settings.sources.kubernetes:

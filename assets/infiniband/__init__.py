@@ -1,5 +1,5 @@
 """InfiniBand fabric (ibnetdiscover, UFM) and NVLink domains."""
 
-from assets.infiniband.assets import defs, ib_fabric, land_fabric, nvlink_domains
+from assets.infiniband.assets import defs, ib_fabric, nvlink_domains
 
-__all__ = ["defs", "ib_fabric", "land_fabric", "nvlink_domains"]
+__all__ = ["defs", "ib_fabric", "nvlink_domains"]

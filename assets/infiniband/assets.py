@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import psycopg
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
@@ -32,90 +31,15 @@ from connectors.nvlink import (
     parse_nvidia_smi,
 )
 from connectors.ufm import UfmClient, UfmConfig, UfmError, to_fabric
-from connectors.warehouse import land_collection, replace_rows
+from connectors.warehouse import Warehouse, land_collection
 from core.infiniband import HcaFilter
 from core.quality import CollectionStatus, Parsed, Quarantined
-from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.settings import FabricManagerSource, NvlinkSource, Settings, SettingsError
+from services.infiniband import land_fabric
+from settings import FabricManagerSource, NvlinkSource, Settings, SettingsError
 
-NODE_COLUMNS = (
-    "run_id", "source", "collected_at", "guid", "node_type", "port_count", "description", "system_guid",
-    "vendor_id", "device_id", "lid", "node_class", "class_reason", "hostname", "hca", "switch_name", "switch_model",
-)  # fmt: skip
-PORT_COLUMNS = (
-    "run_id", "source", "collected_at", "node_guid", "port", "port_guid", "ext_port", "peer_guid", "peer_port",
-    "peer_port_guid", "peer_description", "lid", "lmc", "peer_lid", "width", "speed", "speed_gbps",
-)  # fmt: skip
-LINK_COLUMNS = (
-    "run_id", "source", "collected_at", "a_guid", "a_port", "b_guid", "b_port", "width", "speed", "speed_gbps",
-    "both_sides", "internal",
-)  # fmt: skip
 NVLINK_COLUMNS = (
     "run_id", "source", "collected_at", "node", "method", "domain", "cluster_uuid", "clique_id", "gpus", "detail",
 )  # fmt: skip
-
-
-def node_rows(run_id: str, source: str, at: datetime, fabric: IbFabric) -> Iterator[tuple[Any, ...]]:
-    for n in fabric.nodes:
-        c = fabric.classes[n.guid]
-        yield (
-            run_id, source, at, n.guid, n.node_type, n.port_count, n.description, n.system_guid, n.vendor_id,
-            n.device_id, n.lid, c.node_class.value, c.reason, c.hostname, c.hca, c.switch_name, c.switch_model,
-        )  # fmt: skip
-
-
-def port_rows(run_id: str, source: str, at: datetime, fabric: IbFabric) -> Iterator[tuple[Any, ...]]:
-    for p in fabric.ports:
-        yield (
-            run_id, source, at, p.node_guid, p.port, p.port_guid, p.ext_port, p.peer_guid, p.peer_port,
-            p.peer_port_guid, p.peer_description, p.lid, p.lmc, p.peer_lid, p.width, p.speed, p.speed_gbps,
-        )  # fmt: skip
-
-
-def link_rows(run_id: str, source: str, at: datetime, fabric: IbFabric) -> Iterator[tuple[Any, ...]]:
-    for lk in fabric.links:
-        yield (
-            run_id, source, at, lk.a_guid, lk.a_port, lk.b_guid, lk.b_port, lk.width, lk.speed, lk.speed_gbps,
-            lk.both_sides, lk.internal,
-        )  # fmt: skip
-
-
-def land_fabric(
-    conn: psycopg.Connection,
-    *,
-    run_id: str,
-    kind: str,
-    device: str,
-    fabric: IbFabric,
-    started_at: datetime,
-    status: CollectionStatus | None = None,
-    detail: str | None = None,
-) -> tuple[int, int]:
-    """Nodes, ports, links, quarantine and status of one source, atomically. Returns (links, quarantined)."""
-    status = status or fabric.status
-    detail = detail or fabric.problem
-    with conn.transaction():
-        replace_rows(
-            conn, "raw.ib_nodes", {"run_id": run_id, "source": device}, NODE_COLUMNS,
-            node_rows(run_id, device, started_at, fabric),
-        )  # fmt: skip
-        replace_rows(
-            conn, "raw.ib_ports", {"run_id": run_id, "source": device}, PORT_COLUMNS,
-            port_rows(run_id, device, started_at, fabric),
-        )  # fmt: skip
-        return land_collection(
-            conn,
-            run_id=run_id,
-            source=kind,
-            device=device,
-            table="raw.ib_links",
-            columns=LINK_COLUMNS,
-            rows=link_rows(run_id, device, started_at, fabric),
-            quarantined=fabric.quarantined,
-            status=status,
-            started_at=started_at,
-            detail=detail,
-        )
 
 
 def collect(src: FabricManagerSource) -> tuple[IbFabric, CollectionStatus | None, str | None]:
@@ -162,9 +86,9 @@ def collect(src: FabricManagerSource) -> tuple[IbFabric, CollectionStatus | None
     ],
 )  # fmt: skip
 def ib_fabric(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, site: SiteConfigResource
+    context: dg.AssetExecutionContext, warehouse: dg.ResourceParam[Warehouse], site: dg.ResourceParam[Settings]
 ) -> Iterator[dg.MaterializeResult]:
-    settings = site.get()
+    settings = site
     run_id = context.run.run_id
     sources = settings.sources.fabric_managers
     if not sources:
@@ -173,7 +97,7 @@ def ib_fabric(
     classes: Counter[str] = Counter()
     findings: Counter[str] = Counter()
     nodes = ports = links = held = 0
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         for src in sources:
             started = datetime.now(UTC)
             fabric, status, detail = collect(src)
@@ -276,16 +200,16 @@ def nvlink_rows(run_id: str, source: str, at: datetime, records: list[NvlinkDoma
 def nvlink_domains(
     context: dg.AssetExecutionContext,
     config: NvlinkDomainsConfig,
-    warehouse: WarehouseResource,
-    site: SiteConfigResource,
+    warehouse: dg.ResourceParam[Warehouse],
+    site: dg.ResourceParam[Settings],
 ) -> dg.MaterializeResult:
     run_id = context.run.run_id
-    settings = site.get()
+    settings = site
     inputs: list[NvlinkInput | NvlinkSource] = [*settings.sources.nvlink, *config.inputs]
     statuses: Counter[str] = Counter()
     methods: Counter[str] = Counter()
     landed = held = 0
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         for item in inputs:
             started = datetime.now(UTC)
             detail = None

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.lldp.assets import lldp_job, lldp_neighbor_observations, lldp_schedule
-from pipelines.resources_snmp import SnmpCollectorResource
+from assets.lldp.resources import SnmpCollectorResource
 
 defs = dg.Definitions(
     assets=[lldp_neighbor_observations],

@@ -15,13 +15,12 @@ from typing import Any
 import dagster as dg
 import psycopg
 
+from assets.lldp.resources import SnmpCollectorResource
 from connectors.snmp import SOURCE, CollectionStats, LldpCollection, SnmpTarget, collect
-from connectors.warehouse import land_collection, replace_rows
+from connectors.warehouse import Warehouse, land_collection, replace_rows
 from core.lldp import LldpNeighbor
 from core.quality import CollectionStatus, LandingTally
-from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.resources_snmp import SnmpCollectorResource
-from pipelines.settings import SecretError, Switch
+from settings import SecretError, Settings, Switch
 
 OBSERVATION_COLUMNS = (
     "run_id",
@@ -255,17 +254,17 @@ def collect_and_land(
 )
 def lldp_neighbor_observations(
     context: dg.AssetExecutionContext,
-    warehouse: WarehouseResource,
-    site: SiteConfigResource,
+    warehouse: dg.ResourceParam[Warehouse],
+    site: dg.ResourceParam[Settings],
     snmp_collector: SnmpCollectorResource,
 ) -> dg.MaterializeResult:
-    settings = site.get()
+    settings = site
     switches = [s for s in settings.sources.switches if s.snmp is not None]
     if not switches:
         context.log.warning("no switches with SNMP settings (sources.switches in %s)", settings.source_path)
     options = snmp_collector.options(settings.sources.collection.concurrency)
     stats = CollectionStats()
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         counts = collect_and_land(conn, context.run.run_id, switches, options, context.log, stats)
     return dg.MaterializeResult(
         metadata={

@@ -25,11 +25,10 @@ from connectors.lldpctl import HostFilter, parse_lldpctl
 from connectors.ssh import CliCollection, SshOptions, SshTarget, collect
 from connectors.ssh.collector import status_of
 from connectors.ssh.parsers import CliParse, check_output
-from connectors.warehouse import land_collection
+from connectors.warehouse import Warehouse, land_collection
 from core.lldp import LldpNeighbor
 from core.quality import CollectionStatus, LandingTally, Quarantined
-from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.settings import SecretError, Switch
+from settings import SecretError, Settings, Switch
 
 TABLE = "raw.lldp_neighbor_observations"
 
@@ -188,9 +187,9 @@ def land_lldpctl_files(
     "with collector 'cli'.",
 )
 def lldp_cli_observations(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, site: SiteConfigResource
+    context: dg.AssetExecutionContext, warehouse: dg.ResourceParam[Warehouse], site: dg.ResourceParam[Settings]
 ) -> dg.MaterializeResult:
-    settings = site.get()
+    settings = site
     switches = [s for s in settings.sources.switches if s.ssh is not None]
     collection = settings.sources.collection
     done = Counter[str]()
@@ -201,7 +200,7 @@ def lldp_cli_observations(
             "[%d/%d] %s: %s, %d neighbours", done["n"], len(switches), c.device, c.status, len(c.neighbors)
         )
 
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         counts = collect_and_land(
             conn, context.run.run_id, switches, SshOptions(collection.concurrency), collection.timeout_s, progress
         )
@@ -229,11 +228,11 @@ class LldpctlDropConfig(dg.Config):
     "VF representors filtered out, landed with collector 'lldpctl'.",
 )
 def lldpctl_host_observations(
-    context: dg.AssetExecutionContext, config: LldpctlDropConfig, warehouse: WarehouseResource
+    context: dg.AssetExecutionContext, config: LldpctlDropConfig, warehouse: dg.ResourceParam[Warehouse]
 ) -> dg.MaterializeResult:
     paths = sorted(Path(config.drop_dir).glob("*.json"))
     flt = HostFilter(exclude=tuple(config.exclude), rail_pattern=config.rail_pattern or None)
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         counts = land_lldpctl_files(conn, context.run.run_id, paths, flt)
     return dg.MaterializeResult(
         metadata={

@@ -10,9 +10,10 @@ from typing import Any
 
 import dagster as dg
 
-from assets.publish.service import PublishRefused, config_from_settings, publish_fabric
 from connectors.kube import api_client
-from pipelines.resources import SiteConfigResource, WarehouseResource
+from connectors.warehouse import Warehouse
+from services.publish import PublishRefused, config_from_settings, publish_fabric
+from settings import Settings
 
 KEY = dg.AssetKey(["publish", "cluster_state"])
 
@@ -25,13 +26,13 @@ KEY = dg.AssetKey(["publish", "cluster_state"])
     description="Node labels, extended resources and Kueue objects from the latest topology version.",
 )
 def cluster_state(
-    context: dg.AssetExecutionContext, warehouse: WarehouseResource, site: SiteConfigResource
+    context: dg.AssetExecutionContext, warehouse: dg.ResourceParam[Warehouse], site: dg.ResourceParam[Settings]
 ) -> dg.MaterializeResult:
-    settings = site.get()
+    settings = site
     results: dict[str, Any] = {}
     for source in settings.sources.kubernetes:
         cfg = config_from_settings(settings, source.name)
-        with api_client(source) as api, warehouse.get().connect() as conn:
+        with api_client(source) as api, warehouse.connect() as conn:
             try:
                 outcome = publish_fabric(conn, api, cfg, dry_run=settings.publish.dry_run)
             except PublishRefused as exc:

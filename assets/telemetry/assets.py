@@ -13,11 +13,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.telemetry.resources import TelemetryResource
 from connectors.prometheus import apply_retention, ensure_partitions, read_targets_file
 from connectors.prometheus.collect import Outcome, collect_exporters, collect_prometheus
 from connectors.prometheus.scrape import TargetsError
-from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.resources_telemetry import TelemetryResource
+from connectors.warehouse import Warehouse
+from settings import Settings
 
 HOURLY = dg.HourlyPartitionsDefinition(start_date="2026-01-01-00:00", timezone="UTC")
 
@@ -43,17 +44,17 @@ def _metadata(outcome: Outcome, extra: dict[str, dg.MetadataValue]) -> dict[str,
 )
 def dcgm_samples(
     context: dg.AssetExecutionContext,
-    warehouse: WarehouseResource,
-    site: SiteConfigResource,
+    warehouse: dg.ResourceParam[Warehouse],
+    site: dg.ResourceParam[Settings],
     telemetry: TelemetryResource,
 ) -> dg.MaterializeResult:
-    settings = site.get()
+    settings = site
     window = context.partition_time_window
     run_id = context.run.run_id
     outcome = Outcome()
     if not settings.sources.prometheus:
         context.log.warning("no Prometheus sources configured (sources.prometheus in %s)", settings.source_path)
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         for src in settings.sources.prometheus:
             collect_prometheus(
                 conn,
@@ -95,14 +96,14 @@ def dcgm_samples(
 )
 def dcgm_exporter_scrape(
     context: dg.AssetExecutionContext,
-    warehouse: WarehouseResource,
-    site: SiteConfigResource,
+    warehouse: dg.ResourceParam[Warehouse],
+    site: dg.ResourceParam[Settings],
     telemetry: TelemetryResource,
 ) -> dg.MaterializeResult:
-    settings = site.get()
+    settings = site
     outcome = Outcome()
     targets = 0
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         for src in settings.sources.dcgm_exporters:
             try:
                 urls = list(src.urls) if src.urls else read_targets_file(Path(str(src.targets_file)))

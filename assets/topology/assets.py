@@ -15,11 +15,11 @@ from typing import Any
 
 import dagster as dg
 
-from assets.topology.store import load_observations, write_snapshot
+from connectors.warehouse import Warehouse
 from core.models import Severity
 from core.topology import LEVELS, TopologyConfig, TopologyModel, derive
 from core.topology.model import finding_json
-from pipelines.resources import WarehouseResource
+from services.topology import load_observations, write_snapshot
 
 KEY = dg.AssetKey(["topology", "fabric_model"])
 CHECK_DOMAINS = "every_host_has_every_domain"
@@ -101,10 +101,10 @@ def check_results(model: TopologyModel, threshold: Severity) -> list[dg.AssetChe
     description="The derived fabric model (tiers, domains, links, findings), versioned in topology.*.",
 )  # fmt: skip
 def fabric_model(
-    context: dg.AssetExecutionContext, config: TopologyRunConfig, warehouse: WarehouseResource
+    context: dg.AssetExecutionContext, config: TopologyRunConfig, warehouse: dg.ResourceParam[Warehouse]
 ) -> Iterator[Any]:
     cfg = config.to_config()
-    with warehouse.get().connect() as conn:
+    with warehouse.connect() as conn:
         loaded = load_observations(conn)
         model = derive(loaded.observations, cfg)
         written = write_snapshot(

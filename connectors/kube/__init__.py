@@ -2,6 +2,7 @@
 
 from connectors.kube.client import (
     FIELD_MANAGER,
+    ClusterTarget,
     KubernetesSourceLike,
     api_client,
     apply,
@@ -10,4 +11,7 @@ from connectors.kube.client import (
     object_path,
 )
 
-__all__ = ["FIELD_MANAGER", "KubernetesSourceLike", "api_client", "apply", "list_nodes", "list_pods", "object_path"]
+__all__ = [
+    "FIELD_MANAGER", "ClusterTarget", "KubernetesSourceLike", "api_client", "apply", "list_nodes", "list_pods",
+    "object_path",
+]  # fmt: skip

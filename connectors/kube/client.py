@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,7 +24,7 @@ PAGE_SIZE = 500
 
 
 class KubernetesSourceLike(Protocol):
-    """What we need from ``pipelines.settings.KubernetesSource`` (connectors do not import pipelines)."""
+    """What we need from ``settings.KubernetesSource`` (connectors do not import settings, which sits above them)."""
 
     @property
     def kubeconfig(self) -> Path | str | None: ...
@@ -36,6 +37,17 @@ class KubernetesSourceLike(Protocol):
 
     @property
     def api_url(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """A cluster named without a site file: what the controllers' flags, tests and benchmarks
+    hand to :func:`api_client` (a ``KubernetesSourceLike``)."""
+
+    kubeconfig: Path | str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+    api_url: str | None = None
 
 
 def api_client(source: KubernetesSourceLike) -> client.ApiClient:

@@ -36,7 +36,7 @@ class Pool:
 
 @dataclass(frozen=True)
 class TenantSpec:
-    """What the renderer needs of a tenant (``pipelines.settings.Tenant`` has this shape)."""
+    """What the renderer needs of a tenant (``settings.Tenant`` has this shape)."""
 
     id: str
     name: str

@@ -2,10 +2,11 @@
 
 What a switch's neighbours advertise comes from :class:`simulator.snmp.records.RecordBuilder`
 (the same adverts the SNMP twin serves), so SSH and SNMP describe one and the same fabric. Each
-platform answers the command :data:`connectors.ssh.platforms.COMMANDS` collects from it, in its
-real format: EOS ``| json`` (``interfaceId`` wrapped in literal quotes), NX-OS ``| json``
-(abbreviated local names, one-row tables collapsed to an object), Junos ``| display json``
-(every leaf as ``[{"data": ...}]``), Onyx's detail text, lldpd's JSON for SONiC and Cumulus.
+platform answers its NOS's own LLDP command (:data:`LLDP_COMMAND`, the twin's own copy of what
+the device accepts, not our client's table), in its real format: EOS ``| json`` (``interfaceId``
+wrapped in literal quotes), NX-OS ``| json`` (abbreviated local names, one-row tables collapsed
+to an object), Junos ``| display json`` (every leaf as ``[{"data": ...}]``), Onyx's detail text,
+lldpd's JSON for SONiC and Cumulus.
 """
 
 from __future__ import annotations
@@ -180,6 +181,17 @@ def render_sonic_table(neighbors: list[Neighbor]) -> str:
     lines += ["-" * 50, f"Total entries displayed:  {len(neighbors)}"]
     return "\n".join(lines)
 
+
+# The command each NOS answers with the output rendered below: device facts, kept here so the twin
+# says what a switch would say whatever our collector chooses to ask (connectors/ssh/platforms.py).
+LLDP_COMMAND = {
+    "arista_eos": "show lldp neighbors detail | json",
+    "cisco_nxos": "show lldp neighbors detail | json",
+    "juniper_junos": "show lldp neighbors | display json",
+    "mellanox_mlnxos": "show lldp interfaces ethernet remote",
+    "sonic": "docker exec lldp lldpctl -f json",
+    "cumulus": "lldpctl -f json",
+}
 
 RENDERERS = {
     "arista_eos": render_arista_eos,

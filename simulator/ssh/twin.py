@@ -23,10 +23,9 @@ from typing import Any
 
 import paramiko  # type: ignore[import-untyped]
 
-from connectors.ssh.platforms import command_for
 from simulator.generator import GroundTruth
 from simulator.snmp.twin import stop
-from simulator.ssh.render import outputs_for
+from simulator.ssh.render import LLDP_COMMAND, outputs_for
 from simulator.twin import TwinRun, spawn
 
 USERNAME = "gpufabric"
@@ -80,7 +79,7 @@ def start_twin(truth: GroundTruth, workdir: Path, options: SshTwinOptions | None
         switches += [{"name": n, "platform": p, "fault": f} for n, p, f in _FAULT_SWITCHES]
     ports = free_tcp_ports(len(switches), options.host)
     for sw, port in zip(switches, ports, strict=True):
-        sw.update(port=port, username=USERNAME, password=PASSWORD, command=command_for(sw["platform"]).command)
+        sw.update(port=port, username=USERNAME, password=PASSWORD, command=LLDP_COMMAND[sw["platform"]])
     key_path = workdir / "host_key"
     if not key_path.exists():
         paramiko.RSAKey.generate(2048).write_private_key_file(str(key_path))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,11 @@ import httpx
 import pytest
 from kubernetes import client
 
-from connectors.kube import api_client
+from connectors.kube import ClusterTarget, api_client
 from connectors.warehouse.ledger import ConnectionPool, read_tree, settle
 from controllers.budget_webhook import make_app
 from core.budget import BudgetConfig, Envelope
-from simulator.budget_incident import TOTAL_PODS, replay
+from simulator.budget_incident import TOTAL_PODS, ReplayResult, replay
 from simulator.generator import generate
 from simulator.kube import start
 from simulator.spec import load_spec
@@ -39,18 +39,11 @@ RATE = Decimal(3)
 ENVELOPE = Envelope(gpu_hours=Decimal(200), cost_usd=Decimal(600), max_live_pods=250, max_depth=3, max_fan_out=60)
 
 
-@dataclass
-class Source:
-    kubeconfig: Path | None = None
-    context: str | None = None
-    in_cluster: bool = False
-    api_url: str | None = None
-
 
 @pytest.fixture(scope="module")
 def core(tmp_path_factory: pytest.TempPathFactory) -> Iterator[client.CoreV1Api]:
     run = start(generate(load_spec(resolve_spec_path("h100-1su"))), tmp_path_factory.mktemp("budget-twin"))
-    api = api_client(Source(kubeconfig=Path(run.extra["kubeconfig"])))
+    api = api_client(ClusterTarget(kubeconfig=Path(run.extra["kubeconfig"])))
     try:
         yield client.CoreV1Api(api)
     finally:
@@ -69,6 +62,18 @@ def twin_calls(core: client.CoreV1Api) -> dict[str, Any]:
     }
 
 
+def readme_row(r: ReplayResult, *, hours_places: int = 1, cost_places: int = 0) -> tuple[str, ...]:
+    """(pods created, denied, peak live pods, GPU-h, cost) formatted as the README's table."""
+    cost = r.minutes[-1].cost_usd
+    return (
+        str(r.created),
+        str(len(r.denials)),
+        str(r.peak_live),
+        f"{r.final_gpu_hours:.{hours_places}f}",
+        f"${cost:,.{cost_places}f}",
+    )
+
+
 def test_without_controller_the_tree_outgrows_its_envelope(core: client.CoreV1Api) -> None:
     root = f"q4-{uuid.uuid4().hex[:8]}"
     r = replay(
@@ -85,6 +90,8 @@ def test_without_controller_the_tree_outgrows_its_envelope(core: client.CoreV1Ap
     assert r.peak_live > ENVELOPE.max_live_pods
     assert r.final_gpu_hours > ENVELOPE.gpu_hours and r.minutes[-1].cost_usd > ENVELOPE.cost_usd
     assert r.denials == []
+    # the README's row, as it prints it: 847 | 0 | 768 | 546.7 | $1,640
+    assert readme_row(r) == ("847", "0", "768", "546.7", "$1,640")
 
 
 def test_with_controller_live_pods_gpu_hours_and_cost_stay_inside(
@@ -138,6 +145,14 @@ def test_with_controller_live_pods_gpu_hours_and_cost_stay_inside(
     assert "live_pods" in limits or "gpu_hours" in limits
     assert tree is not None and tree.committed_gpu_hours <= ENVELOPE.gpu_hours
     assert len(nodes) == r.created
+    # The README's row: 194 | 437 | 194 | 199.97 | $599.92. Exactly: the GPU-hours are
+    # 194 admitted pods' units x minutes (MIG slices are 3/7 of a GPU), and the webhook denied the
+    # first spawn that would have taken the tree's reservations past 200 GPU-h, and every later one.
+    assert readme_row(r, hours_places=2, cost_places=2) == ("194", "437", "194", "199.97", "$599.92")
+    assert limits == {"gpu_hours"}
+    assert abs(r.final_gpu_hours - Decimal(167978) / 840) < Decimal("1e-20")  # 199.97380952...
+    # every admitted pod finished and was settled with what it used: the ledger holds the same total
+    assert tree.reserved_gpu_hours == 0 and abs(tree.spent_gpu_hours - r.final_gpu_hours) < Decimal("1e-6")
     print(
         json.dumps(
             {
@@ -151,93 +166,131 @@ def test_with_controller_live_pods_gpu_hours_and_cost_stay_inside(
     )
 
 
-def _setup_over_budget_tree(core: client.CoreV1Api, conn: Any, config: BudgetConfig, root: str) -> None:
-    """A root, two running leaves (a older than b), one pending leaf c; then late telemetry says
-    the tree used 12 GPU-h of a 10 GPU-h envelope."""
+def _created(core: client.CoreV1Api, name: str) -> datetime:
+    """The pod's creationTimestamp as the API server stamped it."""
+    stamp = core.read_namespaced_pod(name, NS).metadata.creation_timestamp
+    assert stamp is not None
+    return stamp
+
+
+def _next_second(after: datetime) -> None:
+    """Wait until the clock the API server stamps with (this machine's; whole seconds) has moved
+    past ``after``: a pod created now gets a later creationTimestamp."""
+    while datetime.now(UTC) < after + timedelta(seconds=1):
+        time.sleep(0.05)
+
+
+def _setup_over_budget_tree(core: client.CoreV1Api, conn: Any, config: BudgetConfig, root: str) -> dict[str, datetime]:
+    """A root, two running leaves and one pending leaf c, admitted through the ledger and created
+    on the twin, which stamps creationTimestamp itself. Leaf ``-a`` is created a second after
+    ``-b``, so by creation time ``-a`` is the newest while by name it sorts first. Then late
+    telemetry says the tree used 12 GPU-h of a 10 GPU-h envelope. Returns the served timestamps."""
     from connectors.warehouse.ledger import admit
-    from core.budget import parse_pod
+    from core.budget import PodRequest, parse_pod
     from simulator.budget_incident import PlannedPod, manifest
 
+    now = datetime.now(UTC)
     plan = [
         PlannedPod(root, None, 0, "orchestrator", 0, 60, 1),
-        PlannedPod(f"{root}-a", root, 1, "worker", 1, 60, 1),
-        PlannedPod(f"{root}-b", root, 1, "worker", 2, 60, 1),
+        PlannedPod(f"{root}-b", root, 1, "worker", 1, 60, 1),
+        PlannedPod(f"{root}-a", root, 1, "worker", 2, 60, 1),
         PlannedPod(f"{root}-c", root, 1, "worker", 3, 60, 1),
     ]
+    created: dict[str, datetime] = {}
     for p in plan:
         body = manifest(p, root, "acme", "standard")
         req = parse_pod(body, NS, config)
-        assert not isinstance(req, type(None)) and hasattr(req, "root_id"), req
-        assert admit(conn, req, START).allowed  # type: ignore[arg-type]
+        assert isinstance(req, PodRequest), req
+        assert admit(conn, req, now).allowed
+        if p.agent_id.endswith("-a"):
+            _next_second(created[f"{root}-b"])
         core.create_namespaced_pod(NS, body)
+        created[p.agent_id] = _created(core, p.agent_id)
         if not p.agent_id.endswith("-c"):
             core.patch_namespaced_pod_status(p.agent_id, NS, {"status": {"phase": "Running"}})
+    assert created[f"{root}-a"] > created[f"{root}-b"]  # the server's own stamps order them
     conn.execute(
         "INSERT INTO agents.tree_usage (root_id, client, task, agent_type, tier, clusters, pods_total, live_pods, "
         "max_fan_out, gpus_live, gpu_hours, cost_usd, as_of) "
         "VALUES (%s,'acme','q4','orchestrator','standard','{twin}',4,4,3,4,12,36,%s)",
-        (root, START),
+        (root, now),
     )
+    return created
 
 
 def test_reconciler_gates_first_then_newest_leaves_never_root_and_alert_only(
     core: client.CoreV1Api, warehouse: Any
 ) -> None:
-    from datetime import timedelta
-
+    """Creation times come from the API server, as in production, and ``now`` is the wall clock.
+    The pods are made old enough to delete by waiting, a few seconds, for a stop deadline of
+    ``DEADLINE_S`` (production uses 30 s): first pass while the leaves are younger than a 600 s
+    deadline (they get one), then a pass once they are ``DEADLINE_S`` old (they are deleted)."""
     from controllers.budget_reconciler import reconcile_once
 
     small = Envelope(gpu_hours=Decimal(10), cost_usd=Decimal(100), max_live_pods=10, max_depth=3, max_fan_out=10)
     for alert_only in (True, False):
         root = f"rc-{uuid.uuid4().hex[:8]}"
+        controller = f"test-{root}"
         config = BudgetConfig(defaults={"acme": small}, rates_usd_per_gpu_hour={"*": RATE}, alert_only=alert_only)
-        created = {
-            root: START,
-            f"{root}-a": START + timedelta(minutes=1),
-            f"{root}-b": START + timedelta(minutes=2),
-            f"{root}-c": START + timedelta(minutes=3),
-        }
         with psycopg_connect(warehouse) as conn:
-            _setup_over_budget_tree(core, conn, config, root)
-            now = START + timedelta(minutes=3, seconds=40)  # b is 100 s old, a 160 s: both past 30 s
-            r = reconcile_once(
-                core.api_client,
-                conn,
-                config,
-                now,
-                controller=f"test-{root}",
-                roots=[root],
-                pod_created=lambda p, created=created: created[p.name],
-            )
-            rows = conn.execute(
-                "SELECT action, pod, reason FROM agents.budget_audit WHERE controller = %s ORDER BY id",
-                (f"test-{root}",),
-            ).fetchall()
-            state = conn.execute("SELECT state FROM agents.envelopes WHERE root_id = %s", (root,)).fetchone()
-        reason = f"root {root} over envelope: gpu_hours 12 > 10"
-        if alert_only:
-            assert [(a, p) for a, p, _ in rows] == [("alert", root)]
-            assert rows[0][2] == reason
-            assert state == ("open",)
-            assert sorted(
-                p.metadata.name
-                for p in core.list_namespaced_pod(NS, label_selector=f"gpufabric.io/root-id={root}").items
-            ) == sorted(created)
-        else:
-            assert r.trees_over == [root]
-            assert [(a, p) for a, p, _ in rows] == [
+            created = _setup_over_budget_tree(core, conn, config, root)
+
+            def run(deadline_s: int, conn: Any = conn, config: BudgetConfig = config, root: str = root) -> Any:
+                return reconcile_once(
+                    core.api_client, conn, config, datetime.now(UTC), controller=f"test-{root}", roots=[root],
+                    deadline_s=deadline_s,
+                )  # fmt: skip
+
+            def audited(conn: Any = conn, controller: str = controller) -> list[tuple[str, str, str]]:
+                return conn.execute(
+                    "SELECT action, pod, reason FROM agents.budget_audit WHERE controller = %s ORDER BY id",
+                    (controller,),
+                ).fetchall()
+
+            def state(conn: Any = conn, root: str = root) -> Any:
+                return conn.execute("SELECT state FROM agents.envelopes WHERE root_id = %s", (root,)).fetchone()
+
+            reason = f"root {root} over envelope: gpu_hours 12 > 10"
+            first = run(600)
+            if alert_only:
+                assert [(a, p) for a, p, _ in audited()] == [("alert", root)]
+                assert audited()[0][2] == reason
+                assert state() == ("open",)
+                assert sorted(pods_of(core, root)) == sorted(created)
+                continue
+            assert first.trees_over == [root]
+            # gate the pending leaf; the running leaves, newest (by the server's stamp) first, get a deadline
+            assert [(a, p) for a, p, _ in audited()] == [
                 ("gate", f"{root}-c"),
-                ("delete", f"{root}-b"),
-                ("delete", f"{root}-a"),
+                ("deadline", f"{root}-a"),
+                ("deadline", f"{root}-b"),
             ]
-            assert all(x == reason for _, _, x in rows)
-            assert state == ("over_budget",)
-            left = {
-                p.metadata.name: p
-                for p in core.list_namespaced_pod(NS, label_selector=f"gpufabric.io/root-id={root}").items
-            }
-            assert sorted(left) == sorted([root, f"{root}-c"])
+            assert state() == ("over_budget",)
+            left = pods_of(core, root)
+            assert sorted(left) == sorted(created)
             assert left[f"{root}-c"].metadata.annotations["gpufabric.io/suspended"] == "true"
+            assert left[f"{root}-a"].spec.active_deadline_seconds == 600
+
+            # Real time passes: once the youngest leaf is DEADLINE_S old by the server's stamp, the
+            # next pass deletes the leaves still there, newest first; the root is never touched.
+            _wait_until_old(max(created.values()), DEADLINE_S)
+            run(DEADLINE_S)
+            assert [(a, p) for a, p, _ in audited()][3:] == [("delete", f"{root}-a"), ("delete", f"{root}-b")]
+            assert all(x == reason for _, _, x in audited())
+            assert sorted(pods_of(core, root)) == sorted([root, f"{root}-c"])
+
+
+DEADLINE_S = 2
+
+
+def _wait_until_old(stamp: datetime, seconds: int) -> None:
+    while datetime.now(UTC) < stamp + timedelta(seconds=seconds):
+        time.sleep(0.05)
+
+
+def pods_of(core: client.CoreV1Api, root: str) -> dict[str, Any]:
+    items = core.list_namespaced_pod(NS, label_selector=f"gpufabric.io/root-id={root}").items
+    return {p.metadata.name: p for p in items}
 
 
 def psycopg_connect(warehouse: Any) -> Any:

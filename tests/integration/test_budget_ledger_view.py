@@ -111,7 +111,10 @@ def test_sql_view_equals_the_policy_view_on_random_trees(warehouse: Any) -> None
                 assert got == view_of(req, nodes), (size, req.parent_id)
                 checked += 1
                 capped += got.tightest_cap is not None
-    assert checked > 90 and capped > 10  # the caps path was exercised, not just the no-cap one
+    # 25 sampled parents (fewer in small trees) + an unknown parent + a duplicate id, per tree;
+    # both the capped and the uncapped paths were exercised, many times each
+    assert checked == 3 + 4 + 8 + 27 + 27 + 27
+    assert 10 < capped < checked - 10, capped
 
 
 HOSTILE = [
@@ -139,7 +142,9 @@ def test_literals_reach_postgres_unchanged(warehouse: Any) -> None:
                     _call("SELECT {}::text, {}::numeric, {}::timestamptz, {}", text, Decimal("-1.5"), NOW, None)
                 ).fetchone()
                 assert got == (text, Decimal("-1.5"), NOW, None), text
-            assert conn.execute("SELECT count(*) FROM agents.ledger").fetchone() is not None  # still there
+            # the DROP TABLE inside a literal ran as text, not as a statement: the ledger is still there
+            # (a count(*) returns a row whatever happened, so ask the catalogue instead)
+            assert conn.execute("SELECT to_regclass('agents.ledger')::text").fetchone() == ("agents.ledger",)
     finally:
         pool.close()
     with pytest.raises(ValueError, match="NUL"):

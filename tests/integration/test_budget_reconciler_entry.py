@@ -1,5 +1,6 @@
 """``python -m controllers budget-reconciler`` as deployed: a real process against the Kubernetes
-twin and a fresh database on the test server, configured by a site file's ``budget:`` section."""
+twin and a fresh database on the test server, configured by a site file's ``budget:`` section.
+Pod ages are the reconciler's clock minus the creationTimestamp the twin's API server stamped."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import psycopg
 import pytest
 from kubernetes import client
 
-from connectors.kube import api_client
+from connectors.kube import ClusterTarget, api_client
 from connectors.warehouse import open_warehouse
 from core.budget import BudgetConfig
 from simulator.generator import generate
@@ -26,46 +25,11 @@ from simulator.kube import start
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
 from simulator.up import stop_pids
+from tests.integration.test_budget_incident import _setup_over_budget_tree, _wait_until_old
 
 pytestmark = pytest.mark.integration
 NS = "agents"
-START = datetime(2026, 12, 31, 9, 0, tzinfo=UTC)
 
-
-@dataclass
-class Source:
-    kubeconfig: Path | None = None
-    context: str | None = None
-    in_cluster: bool = False
-    api_url: str | None = None
-
-
-def _setup_over_budget_tree(core: client.CoreV1Api, conn: Any, config: BudgetConfig, root: str) -> None:
-    """A root, two running leaves and one pending leaf, admitted through the ledger and created on
-    the twin; then late telemetry says the tree used 12 GPU-h (as in test_budget_incident.py)."""
-    from connectors.warehouse.ledger import admit
-    from core.budget import PodRequest, parse_pod
-    from simulator.budget_incident import PlannedPod, manifest
-
-    for p in (
-        PlannedPod(root, None, 0, "orchestrator", 0, 60, 1),
-        PlannedPod(f"{root}-a", root, 1, "worker", 1, 60, 1),
-        PlannedPod(f"{root}-b", root, 1, "worker", 2, 60, 1),
-        PlannedPod(f"{root}-c", root, 1, "worker", 3, 60, 1),
-    ):
-        body = manifest(p, root, "acme", "standard")
-        req = parse_pod(body, NS, config)
-        assert isinstance(req, PodRequest), req
-        assert admit(conn, req, START).allowed
-        core.create_namespaced_pod(NS, body)  # type: ignore[arg-type]  # the client sends a dict as it is
-        if not p.agent_id.endswith("-c"):
-            core.patch_namespaced_pod_status(p.agent_id, NS, {"status": {"phase": "Running"}})
-    conn.execute(
-        "INSERT INTO agents.tree_usage (root_id, client, task, agent_type, tier, clusters, pods_total, live_pods, "
-        "max_fan_out, gpus_live, gpu_hours, cost_usd, as_of) "
-        "VALUES (%s,'acme','q4','orchestrator','standard','{twin}',4,4,3,4,12,36,%s)",
-        (root, START),
-    )
 
 
 SITE = """\
@@ -75,7 +39,7 @@ budget:
   envelopes:
     acme: {gpu_hours: 10, cost_usd: 100, max_live_pods: 10, max_depth: 3, max_fan_out: 10}
   usd_per_gpu_hour: {"*": 3}
-  reconciler: {period_s: 0.2, stop_deadline_s: 30}
+  reconciler: {period_s: 0.2, stop_deadline_s: 600}
 """
 
 
@@ -83,7 +47,7 @@ budget:
 def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[client.CoreV1Api, Path]]:
     run = start(generate(load_spec(resolve_spec_path("h100-1su"))), tmp_path_factory.mktemp("budget-entry-twin"))
     kubeconfig = Path(run.extra["kubeconfig"])
-    api = api_client(Source(kubeconfig=kubeconfig))
+    api = api_client(ClusterTarget(kubeconfig=kubeconfig))
     try:
         yield client.CoreV1Api(api), kubeconfig
     finally:
@@ -99,7 +63,7 @@ def _pods(core: client.CoreV1Api, root: str) -> dict[str, Any]:
 def test_dry_run_then_enforcing_then_sigterm(
     twin: tuple[client.CoreV1Api, Path], fresh_database_url: str, tmp_path: Path
 ) -> None:
-    from pipelines.settings import budget_config_from_settings, load_settings
+    from settings import budget_config_from_settings, load_settings
 
     core, kubeconfig = twin
     site = tmp_path / "gpufabric.yaml"
@@ -120,29 +84,33 @@ def test_dry_run_then_enforcing_then_sigterm(
     ]
     try:
         with psycopg.connect(fresh_database_url, autocommit=True) as conn:
-            _setup_over_budget_tree(core, conn, config, root)  # 12 GPU-h measured of a 10 GPU-h envelope
+            # 12 GPU-h measured of a 10 GPU-h envelope; the twin stamps each pod's creationTimestamp,
+            # and leaf -a is created a second after -b (newest by time, first by name)
+            created = _setup_over_budget_tree(core, conn, config, root)
 
-            # Dry run (the default): the plan is audited, nothing changes.
+            # Dry run (the default): the plan is audited, nothing changes. The leaves are younger than
+            # the site's 600 s stop deadline by the server's stamps, so they would get a deadline.
             dry = subprocess.run([*cmd, "--once"], env=env, capture_output=True, text=True, timeout=120)
             assert dry.returncode == 0, dry.stderr
             assert "dry run" in dry.stderr
             rows = conn.execute(
                 "SELECT action, pod, reason, alert_only FROM agents.budget_audit ORDER BY id"
             ).fetchall()
-            assert [(a, p) for a, p, _, _ in rows] == [
-                ("alert", f"{root}-c"),
-                ("alert", f"{root}-b"),
-                ("alert", f"{root}-a"),
+            why = f"root {root} over envelope: gpu_hours 12 > 10"
+            assert [(a, p, r) for a, p, r, _ in rows] == [
+                ("alert", f"{root}-c", f"dry run: would gate: {why}"),
+                ("alert", f"{root}-a", f"dry run: would deadline: {why}"),
+                ("alert", f"{root}-b", f"dry run: would deadline: {why}"),
             ]
-            assert rows[0][2].startswith(f"dry run: would gate: root {root} over envelope: gpu_hours 12 > 10")
-            assert all(r[2].startswith("dry run: would ") and r[3] for r in rows)
+            assert all(r[3] for r in rows)
             assert conn.execute("SELECT state FROM agents.envelopes WHERE root_id = %s", (root,)).fetchone() == (
                 "open",
             )
             pods = _pods(core, root)
             assert len(pods) == 4 and not (pods[f"{root}-c"].metadata.annotations or {}).get("gpufabric.io/suspended")
 
-            # Enforcing: the pending leaf is suspended, the running leaves are stopped, the root stays.
+            # Enforcing: the pending leaf is suspended, the running leaves (newest first) get the
+            # 600 s deadline, the root stays.
             live = subprocess.run(
                 [*cmd, "--once", "--no-dry-run"], env=env, capture_output=True, text=True, timeout=120
             )
@@ -153,16 +121,36 @@ def test_dry_run_then_enforcing_then_sigterm(
             steps = conn.execute(
                 "SELECT action, pod FROM agents.budget_audit WHERE NOT alert_only ORDER BY id"
             ).fetchall()
-            assert steps[0] == ("gate", f"{root}-c")
-            assert {a for a, _ in steps[1:]} <= {"deadline", "delete"} and len(steps) == 3
+            assert steps == [("gate", f"{root}-c"), ("deadline", f"{root}-a"), ("deadline", f"{root}-b")]
             pods = _pods(core, root)
             assert root in pods and pods[f"{root}-c"].metadata.annotations["gpufabric.io/suspended"] == "true"
+            assert pods[f"{root}-a"].spec.active_deadline_seconds == 600
+
+            # Once the leaves are 1 s old by the server's stamps (real time, a second or two), a pass
+            # with a 1 s stop deadline deletes the leaves still there, newest first.
+            _wait_until_old(max(created.values()), 1)
+            late = subprocess.run(
+                [*cmd, "--once", "--no-dry-run", "--stop-deadline", "1"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert late.returncode == 0, late.stderr
+            steps = conn.execute(
+                "SELECT action, pod FROM agents.budget_audit WHERE NOT alert_only ORDER BY id"
+            ).fetchall()
+            assert steps[3:] == [("delete", f"{root}-a"), ("delete", f"{root}-b")]
+            assert sorted(_pods(core, root)) == sorted([root, f"{root}-c"])
 
             last_id = conn.execute("SELECT max(id) FROM agents.budget_audit").fetchone()[0]  # type: ignore[index]
 
-        # The loop: runs until SIGTERM, then exits 0 promptly.
+        # The loop: runs until told to stop, then exits 0 promptly. Started as a background job of a
+        # non-interactive shell is (SIGINT ignored) and stopped with SIGINT, the harder of the two:
+        # SIGTERM takes the same handler.
         proc = subprocess.Popen(
-            [*cmd, "--period", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*cmd, "--period", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
         try:
             deadline = time.monotonic() + 60
@@ -173,7 +161,7 @@ def test_dry_run_then_enforcing_then_sigterm(
                     time.sleep(0.1)
             time.sleep(2)  # several more passes over the same over-budget tree
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=15)
         finally:
             if proc.poll() is None:
@@ -189,8 +177,8 @@ def test_dry_run_then_enforcing_then_sigterm(
                     "SELECT pod, reason FROM agents.budget_audit WHERE id > %s ORDER BY id", (last_id,)
                 )
             ]
-        # Over budget on every pass, yet each (pod, step) the dry run would take is written once.
-        assert passes >= 3 and written and len(written) == len(set(written)), (passes, written)
-        assert all(step.startswith("dry run: would ") for _, step in written)
+        # Over budget on every pass, yet the one step the dry run would take (only the root and the
+        # gated leaf are left: stop the root, last) is written once.
+        assert passes >= 3 and written == [(root, "dry run: would deadline")], (passes, written)
     finally:
         wh.dispose()

@@ -1,41 +1,63 @@
-"""Settle-on-finish against Postgres: reservations written by the real admission path, pod
-snapshots and cost-fact lines as the FinOps pipeline lands them, then ``settle_finished``.
+"""Settle-on-finish against Postgres, through the production path end to end: reservations
+written by the real admission path; pod lists as the API serves them, parsed by
+``connectors.kube.pods`` and landed by the snapshot asset's loader (``land_pod_snapshots``); the
+FinOps cost fact ``finops.gpu_cost_hourly`` built by ``dbt build`` from those snapshots and the
+rate-card seed; then ``settle_finished``.
 
-The cost fact here is a stand-in table with the contract's column names (dbt builds the real one
-in ``tests/integration/test_finops_week.py``); the database is a fresh one on the shared test
-server, so the stand-in never meets dbt's table.
+The timeline is the production one: lists at 11:00 (L1) and 11:30 (L2), dbt builds the cost fact
+after L2, and a third list at 11:40 (L3) lands after that build, so a pod that only ran between
+L2 and L3 has no cost line yet. dbt runs once for the module into a template database; each test
+settles in its own copy of it (``CREATE DATABASE ... TEMPLATE``).
 """
 
 from __future__ import annotations
 
-import json
+import os
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from connectors.warehouse import open_warehouse
+from assets.finops.snapshots import land_pod_snapshots
+from connectors.kube.pods import node_snapshot, parse_pods
+from connectors.warehouse import Warehouse, open_warehouse
 from connectors.warehouse.ledger import admit, read_tree
 from connectors.warehouse.settlement import settle_finished
 from core.budget import BudgetConfig, Envelope, PodRequest, SettlementPolicy, parse_pod
 
 pytestmark = pytest.mark.integration
 
+DBT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 P = "gpufabric.io"
 NS = "agents"
 ROOT = "task-1"
+CLUSTER = "c1"
 T0 = datetime(2026, 12, 2, 10, 50, tzinfo=UTC)  # pods start here; their hours straddle 11:00
 ADMITTED = T0 - timedelta(minutes=30)
-L1, L2 = T0 + timedelta(minutes=10), T0 + timedelta(minutes=40)  # two complete pod lists of cluster c1
+L1, L2, L3 = T0 + timedelta(minutes=10), T0 + timedelta(minutes=40), T0 + timedelta(minutes=50)
+NOCOST_START, NOCOST_END = T0 + timedelta(minutes=41), T0 + timedelta(minutes=46)  # between L2 and L3
 POLICY = SettlementPolicy(cost_wait_s=3600, unseen_after_s=900)
 CONFIG = BudgetConfig(
     defaults={"acme": Envelope(Decimal(100), Decimal(300), 10, 3, 10)}, rates_usd_per_gpu_hour={"*": Decimal(3)}
 )
-# agent -> (GPUs, expected hours): reservations 1, 2, 1, 1, 1, 1 GPU-h at $3 each
+# agent -> (GPUs, expected hours): reservations 1, 2, 1, 1, 1, 1 GPU-h at $3 each (the H100
+# standard tier of dbt/seeds/rate_cards.csv is $3.00 per GPU-hour too)
 AGENTS = {ROOT: (1, 1), "done": (2, 1), "gone": (1, 1), "running": (1, 1), "nocost": (1, 1), "ghost": (1, 1)}
+NODE = {
+    "metadata": {
+        "name": "node-1",
+        "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
+    },
+    "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+}
 
 
 def manifest(agent: str) -> dict[str, Any]:
@@ -57,102 +79,152 @@ def manifest(agent: str) -> dict[str, Any]:
     }
 
 
-def snapshot(agent: str, at: datetime, phase: str, start: datetime | None, end: datetime | None = None) -> tuple:
-    gpus = AGENTS[agent][0]
-    labels = manifest(agent)["metadata"]["labels"]
-    return (
-        "run",
-        "c1",
-        at,
-        "list",
-        f"uid-{agent}",
-        NS,
-        f"pod-{agent}",
-        "node-1",
-        phase,
-        start,
-        end,
-        gpus,
-        ROOT,
-        ROOT if agent != ROOT else "unattributed",
-        0 if agent == ROOT else 1,
-        "acme",
-        "t",
-        "worker",
-        "standard",
-        json.dumps(labels),
-    )
+def _rfc3339(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def line(agent: str, hour: int, seconds: int, quantity: str, cost: str | None, basis: str = "allocation") -> tuple:
-    start = T0.replace(hour=hour, minute=0)
-    return (
-        f"uid-{agent}",
-        "c1",
-        basis,
-        "workload",
-        Decimal(quantity),
-        None if cost is None else Decimal(cost),
-        Decimal(seconds),
-        start,
-    )
+def served(agent: str, phase: str, start: datetime | None = None, end: datetime | None = None) -> dict[str, Any]:
+    """The pod as the API server lists it: uid, namespace, node, phase, start and container end."""
+    pod = manifest(agent)
+    pod["metadata"] |= {"uid": f"uid-{agent}", "namespace": NS}
+    pod["spec"]["nodeName"] = "node-1"
+    status: dict[str, Any] = {"phase": phase}
+    if start is not None:
+        status["startTime"] = _rfc3339(start)
+    if end is not None:
+        terminated = {"exitCode": 0 if phase == "Succeeded" else 1, "finishedAt": _rfc3339(end)}
+        status["containerStatuses"] = [{"name": "c", "state": {"terminated": terminated}}]
+    pod["status"] = status
+    return pod
+
+
+LISTS: dict[datetime, list[dict[str, Any]]] = {
+    L1: [
+        served(ROOT, "Running", T0),
+        served("done", "Running", T0 + timedelta(minutes=1)),
+        served("gone", "Running", T0),  # not in the next list: deleted between the two runs
+        served("running", "Running", T0),
+        served("nocost", "Pending"),  # admitted, not scheduled yet
+    ],
+    L2: [
+        served(ROOT, "Running", T0),
+        # 10:51 -> 11:21, 2 GPUs: 1 GPU-h, 540 s before 11:00 and 1260 s after
+        served("done", "Succeeded", T0 + timedelta(minutes=1), T0 + timedelta(minutes=31)),
+        served("running", "Running", T0),
+        served("nocost", "Pending"),
+    ],
+    L3: [  # lands after dbt built the cost fact
+        served(ROOT, "Running", T0),
+        served("done", "Succeeded", T0 + timedelta(minutes=1), T0 + timedelta(minutes=31)),
+        served("running", "Running", T0),
+        # 5 minutes on 1 GPU, then failed: no cost line until dbt's next build
+        served("nocost", "Failed", NOCOST_START, NOCOST_END),
+    ],
+}
+
+
+def land_list(url: str, at: datetime) -> None:
+    """One complete list of cluster c1 (and its node), landed as the snapshot asset lands it."""
+    wh = open_warehouse(url)
+    try:
+        with wh.connect() as conn:
+            pods = parse_pods(LISTS[at], cluster=CLUSTER, collected_at=at, prefix=P)
+            assert pods.quarantined == []
+            nodes = [node_snapshot(NODE, cluster=CLUSTER, collected_at=at)]
+            land_pod_snapshots(
+                conn, run_id=f"list-{at:%H%M}", cluster=CLUSTER, pods=pods, nodes=nodes,
+                started_at=at - timedelta(seconds=5),
+            )  # fmt: skip
+            conn.commit()
+    finally:
+        wh.dispose()
+
+
+def dbt_build_cost_fact(url: str, target: Path) -> None:
+    wh = open_warehouse(url)
+    try:
+        env = dict(os.environ, **wh.libpq_env())
+    finally:
+        wh.dispose()
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("dbt")), "build", "--select", "+gpu_cost_hourly", "--project-dir",
+         str(DBT_DIR), "--profiles-dir", str(DBT_DIR), "--target-path", str(target / "target"), "--log-path",
+         str(target / "logs")],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-8000:] + result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def costed_template(warehouse: Warehouse, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database with L1 and L2 landed, the cost fact built by dbt, then L3 landed."""
+    name = f"t_settle_{uuid.uuid4().hex[:10]}"
+    admin_url = warehouse.base_url.set(database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = warehouse.base_url.set(database=name).render_as_string(hide_password=False)
+    try:
+        open_warehouse(url).dispose()  # migrate
+        land_list(url, L1)
+        land_list(url, L2)
+        dbt_build_cost_fact(url, tmp_path_factory.mktemp("dbt-settlement"))
+        land_list(url, L3)
+        yield name
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def _admit_all(c: psycopg.Connection) -> None:
+    for agent in AGENTS:
+        req = parse_pod(manifest(agent), NS, CONFIG)
+        assert isinstance(req, PodRequest), req
+        assert admit(c, req, ADMITTED).allowed
+
+
+@pytest.fixture
+def costed_url(warehouse: Warehouse, costed_template: str) -> Iterator[str]:
+    """This test's own copy of the template database."""
+    name = f"t_settle_{uuid.uuid4().hex[:10]}"
+    admin_url = warehouse.base_url.set(database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(costed_template))
+        )
+    try:
+        yield warehouse.base_url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def costed(costed_url: str) -> Iterator[psycopg.Connection]:
+    """Snapshots and dbt's cost fact in place; every agent admitted."""
+    with psycopg.connect(costed_url, autocommit=True) as c:
+        _admit_all(c)
+        yield c
 
 
 @pytest.fixture
 def conn(fresh_database_url: str) -> Iterator[psycopg.Connection]:
+    """Nothing collected, nothing built; every agent admitted."""
     wh = open_warehouse(fresh_database_url)  # migrates the fresh database
     with psycopg.connect(fresh_database_url, autocommit=True) as c:
-        for agent in AGENTS:
-            req = parse_pod(manifest(agent), NS, CONFIG)
-            assert isinstance(req, PodRequest), req
-            assert admit(c, req, ADMITTED).allowed
+        _admit_all(c)
         yield c
     wh.dispose()
 
 
-def land(conn: psycopg.Connection) -> None:
-    """What FinOps would have landed by L2: two complete lists, and a cost fact built after L2."""
-    snaps = [
-        snapshot(ROOT, L1, "Running", T0),
-        snapshot(ROOT, L2, "Running", T0),
-        snapshot("done", L1, "Running", T0 + timedelta(minutes=1)),
-        # 10:51 -> 11:21, 2 GPUs: 1 GPU-h, 540 s before 11:00 and 1260 s after
-        snapshot("done", L2, "Succeeded", T0 + timedelta(minutes=1), T0 + timedelta(minutes=31)),
-        snapshot("gone", L1, "Running", T0),  # not in the L2 list: deleted between the two runs
-        snapshot("running", L1, "Running", T0),
-        snapshot("running", L2, "Running", T0),
-        # 20 minutes on 1 GPU, then failed; the cost fact has no line for it yet
-        snapshot("nocost", L2, "Failed", T0, T0 + timedelta(minutes=20)),
-    ]
-    conn.execute(
-        "INSERT INTO ops.collection_status (run_id, source, device, status, started_at, finished_at) VALUES "
-        "('r1', 'kubernetes', 'c1', 'ok', %s, %s), ('r2', 'kubernetes', 'c1', 'ok', %s, %s)",
-        (L1 - timedelta(seconds=5), L1, L2 - timedelta(seconds=5), L2),
-    )
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO raw.k8s_pod_snapshots (run_id, source, collected_at, event, uid, namespace, name, node, "
-            "phase, start_time, end_time, gpus, root_id, parent_id, depth, client, task, agent_type, tier, labels) "
-            "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            snaps,
-        )
-    conn.execute("CREATE SCHEMA IF NOT EXISTS finops")
-    conn.execute(
-        'CREATE TABLE finops.gpu_cost_hourly ("ResourceId" text, "x_Cluster" text, "x_CostBasis" text, '
-        '"x_LineType" text, "ConsumedQuantity" numeric(38, 9), "EffectiveCost" numeric(38, 9), '
-        '"x_Seconds" numeric(38, 6), "ChargePeriodStart" timestamptz)'
-    )
-    lines = [
-        line("done", 10, 540, "0.3", "0.855"),
-        line("done", 11, 1260, "0.7", "1.995"),
-        line("done", 10, 540, "0.12", "0.342", basis="usage"),  # other basis: ignored
-        line("done", 11, 1260, "0.28", "0.798", basis="usage"),
-        line("gone", 10, 600, "0.166666667", "0.475000001"),
-        line("running", 10, 600, "0.166666667", "0.475000001"),  # so far; it is still running
-        line("other", 10, 3600, "1", "2.85"),  # another pod entirely
-    ]
-    with conn.cursor() as cur:
-        cur.executemany("INSERT INTO finops.gpu_cost_hourly VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", lines)
+def cost_fact(conn: psycopg.Connection, agent: str) -> tuple[Decimal, Decimal]:
+    """(GPU-h, USD) of the agent's pod in dbt's cost fact, allocation basis."""
+    row = conn.execute(
+        'SELECT sum("ConsumedQuantity"), sum("EffectiveCost") FROM finops.gpu_cost_hourly '
+        'WHERE "ResourceId" = %s AND "x_CostBasis" = \'allocation\' AND "x_LineType" = \'workload\'',
+        (f"uid-{agent}",),
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1]
 
 
 def ledger(conn: psycopg.Connection) -> dict[str, tuple[Any, ...]]:
@@ -168,8 +240,28 @@ def totals(conn: psycopg.Connection) -> tuple[Decimal, ...]:
     return (tree.reserved_gpu_hours, tree.reserved_cost_usd, tree.spent_gpu_hours, tree.spent_cost_usd)
 
 
-def test_finished_pods_are_settled_with_their_measured_usage_once(conn: psycopg.Connection) -> None:
-    land(conn)
+def test_the_cost_fact_is_dbts_own(costed: psycopg.Connection) -> None:
+    """What the settlement will read, as dbt built it: both hours of done priced from the rate
+    card, gone up to the list it was last in, running so far, nocost not at all (yet)."""
+    lines = costed.execute(
+        'SELECT "ResourceId", "ChargePeriodStart", "x_Seconds", "ConsumedQuantity", "EffectiveCost" '
+        "FROM finops.gpu_cost_hourly WHERE \"x_CostBasis\" = 'allocation' AND \"x_LineType\" = 'workload' "
+        "ORDER BY 1, 2"
+    ).fetchall()
+    h10, h11 = T0.replace(minute=0), T0.replace(hour=11, minute=0)
+    assert lines == [
+        ("uid-done", h10, Decimal("540.000000"), Decimal("0.300000000"), Decimal("0.900000000")),
+        ("uid-done", h11, Decimal("1260.000000"), Decimal("0.700000000"), Decimal("2.100000000")),
+        ("uid-gone", h10, Decimal("600.000000"), Decimal("0.166666667"), Decimal("0.500000000")),
+        ("uid-running", h10, Decimal("600.000000"), Decimal("0.166666667"), Decimal("0.500000000")),
+        ("uid-running", h11, Decimal("1800.000000"), Decimal("0.500000000"), Decimal("1.500000000")),
+        ("uid-task-1", h10, Decimal("600.000000"), Decimal("0.166666667"), Decimal("0.500000000")),
+        ("uid-task-1", h11, Decimal("1800.000000"), Decimal("0.500000000"), Decimal("1.500000000")),
+    ]
+
+
+def test_finished_pods_are_settled_with_their_measured_usage_once(costed: psycopg.Connection) -> None:
+    conn = costed
     assert totals(conn) == (Decimal(7), Decimal(21), Decimal(0), Decimal(0))
     # A tree in a cluster FinOps does not collect: absent from c1's lists proves nothing about it.
     elsewhere = manifest(ROOT)
@@ -177,7 +269,7 @@ def test_finished_pods_are_settled_with_their_measured_usage_once(conn: psycopg.
     req = parse_pod(elsewhere, NS, CONFIG)
     assert isinstance(req, PodRequest) and admit(conn, req, ADMITTED).allowed
 
-    now = L2 + timedelta(minutes=5)
+    now = L3 + timedelta(minutes=5)
     report = settle_finished(conn, POLICY, now, prefix=P)
     assert dict(report.by_rule) == {
         "running": 2,
@@ -188,19 +280,15 @@ def test_finished_pods_are_settled_with_their_measured_usage_once(conn: psycopg.
     }
     assert report.settled == 3
     rows = ledger(conn)
-    # measured: the allocation lines of the pod's uid, summed over its hours; the usage basis ignored
-    assert rows["done"] == ("settled", Decimal("1.000000000"), Decimal("2.850000000"))
-    assert rows["gone"] == ("settled", Decimal("0.166666667"), Decimal("0.475000001"))
-    # admitted, but no snapshot ever showed it though its tree's cluster c1 was listed 70 min after: released at 0
+    # measured: exactly dbt's allocation lines of the pod's uid, summed over its hours
+    assert rows["done"] == ("settled", *cost_fact(conn, "done")) == ("settled", Decimal("1.000000000"), Decimal(3))
+    assert rows["gone"] == ("settled", *cost_fact(conn, "gone"))
+    assert rows["gone"] == ("settled", Decimal("0.166666667"), Decimal("0.500000000"))
+    # admitted, but no snapshot ever showed it though its tree's cluster c1 was listed 80 min after: released at 0
     assert rows["ghost"] == ("settled", Decimal("0E-9"), Decimal("0E-9"))
     assert rows[ROOT][0] == rows["running"][0] == rows["nocost"][0] == "reserved"
     # reservations of done (2 GPU-h / $6), gone and ghost (1 / $3 each) left reserved for spent
-    assert totals(conn) == (
-        Decimal(3),
-        Decimal(9),
-        Decimal("1.166666667"),
-        Decimal("3.325000001"),
-    )
+    assert totals(conn) == (Decimal(3), Decimal(9), Decimal("1.166666667"), Decimal("3.500000000"))
     audit = conn.execute(
         "SELECT pod, action, lim FROM agents.budget_audit WHERE root_id = %s ORDER BY id", (ROOT,)
     ).fetchall()
@@ -213,18 +301,20 @@ def test_finished_pods_are_settled_with_their_measured_usage_once(conn: psycopg.
     assert (ledger(conn), totals(conn)) == before
 
 
-def test_a_pod_the_cost_fact_never_covers_is_settled_from_snapshots_after_the_bound(conn: psycopg.Connection) -> None:
-    land(conn)
-    ended = T0 + timedelta(minutes=20)
-    settle_finished(conn, POLICY, ended + timedelta(seconds=3599), prefix=P)
+def test_a_pod_the_cost_fact_never_covers_is_settled_from_snapshots_after_the_bound(
+    costed: psycopg.Connection,
+) -> None:
+    conn = costed
+    assert cost_fact(conn, "nocost") == (None, None)  # dbt built before the list that shows it ran
+    settle_finished(conn, POLICY, NOCOST_END + timedelta(seconds=3599), prefix=P)
     assert ledger(conn)["nocost"][0] == "reserved"  # still inside the bound: wait for dbt
     spent_before = totals(conn)[2:]
 
-    report = settle_finished(conn, POLICY, ended + timedelta(seconds=3600), prefix=P)
+    report = settle_finished(conn, POLICY, NOCOST_END + timedelta(seconds=3600), prefix=P)
     assert report.by_rule["estimated"] == 1 and report.settled == 1
-    # 1 GPU x 1200 s = 1/3 GPU-h, priced at admission's $3 per GPU-h
-    assert ledger(conn)["nocost"] == ("settled", Decimal("0.333333333"), Decimal("0.999999999"))
-    assert totals(conn)[2:] == (spent_before[0] + Decimal("0.333333333"), spent_before[1] + Decimal("0.999999999"))
+    # 1 GPU x 300 s = 1/12 GPU-h, priced at admission's $3 per GPU-h
+    assert ledger(conn)["nocost"] == ("settled", Decimal("0.083333333"), Decimal("0.249999999"))
+    assert totals(conn)[2:] == (spent_before[0] + Decimal("0.083333333"), spent_before[1] + Decimal("0.249999999"))
     reason = conn.execute(
         "SELECT reason FROM agents.budget_audit WHERE root_id = %s AND lim = 'estimated'", (ROOT,)
     ).fetchone()
@@ -239,19 +329,18 @@ def test_without_any_cost_fact_or_snapshots_nothing_settles(conn: psycopg.Connec
 
 
 def test_the_asset_settles_with_the_site_files_bounds_and_reports_counts(
-    conn: psycopg.Connection, fresh_database_url: str, tmp_path: Any
+    costed: psycopg.Connection, costed_url: str, tmp_path: Any
 ) -> None:
     import dagster as dg
 
     from assets.agents.settlement import BUDGET_SETTLEMENT, budget_settlement
     from pipelines.resources import SiteConfigResource, WarehouseResource
 
-    land(conn)
     site = tmp_path / "gpufabric.yaml"
     site.write_text("version: 1\nbudget:\n  settlement: {cost_wait_s: 600, unseen_after_s: 900}\n")
     result = dg.materialize(
         [budget_settlement],
-        resources={"warehouse": WarehouseResource(url=fresh_database_url), "site": SiteConfigResource(path=str(site))},
+        resources={"warehouse": WarehouseResource(url=costed_url), "site": SiteConfigResource(path=str(site))},
     )
     assert result.success
     (event,) = [e for e in result.get_asset_materialization_events() if e.asset_key == BUDGET_SETTLEMENT]
@@ -260,4 +349,6 @@ def test_the_asset_settles_with_the_site_files_bounds_and_reports_counts(
     assert metadata["by_rule"].value == {"running": 2, "measured": 2, "never_seen": 1, "estimated": 1}
     assert metadata["settled"].value == 4
     assert metadata["released_gpu_hours"].value == 5.0
-    assert ledger(conn)["nocost"][0] == "settled" and ledger(conn)["running"][0] == "reserved"
+    rows = ledger(costed)
+    assert rows["nocost"][0] == "settled" and rows["running"][0] == "reserved"
+    assert rows["done"] == ("settled", *cost_fact(costed, "done"))

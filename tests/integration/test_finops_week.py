@@ -34,6 +34,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from assets.finops.anomalies import detect_anomalies, finops_anomaly_alerts
+from assets.finops.resources import AlertWebhookResource
 from assets.finops.snapshots import land_pod_snapshots
 from connectors.kube.pods import node_snapshot, parse_pods
 from connectors.prometheus.storage import land_samples
@@ -42,7 +43,6 @@ from core.finops.anomaly import Thresholds
 from core.finops.money import RateCard, round_line
 from core.telemetry import parse_matrix
 from pipelines.resources import WarehouseResource
-from pipelines.resources_finops import AlertWebhookResource
 from simulator.agents import SimWeek, runaway_tree, simulate_week
 
 pytestmark = pytest.mark.integration

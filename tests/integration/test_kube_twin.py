@@ -17,10 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from connectors.kube import FIELD_MANAGER, api_client, apply, list_nodes, list_pods
+from connectors.kube import FIELD_MANAGER, ClusterTarget, api_client, apply, list_nodes, list_pods
 from simulator.generator import GroundTruth, generate
 from simulator.kube import KubeTwinAdmin, start
 from simulator.kube.populate import clique_label
@@ -32,16 +33,6 @@ pytestmark = pytest.mark.integration
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 APPLY = "application/apply-patch+yaml"
-
-
-@dataclass
-class Source:
-    """Stands in for pipelines.settings.KubernetesSource (the connector takes anything shaped so)."""
-
-    kubeconfig: Path | None = None
-    context: str | None = None
-    in_cluster: bool = False
-    api_url: str | None = None
 
 
 @dataclass
@@ -76,7 +67,7 @@ def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
     run = start(truth, tmp_path_factory.mktemp("kube-twin"))
     kubeconfig = Path(run.extra["kubeconfig"])
     admin = KubeTwinAdmin.from_kubeconfig(kubeconfig)
-    api = api_client(Source(kubeconfig=kubeconfig))
+    api = api_client(ClusterTarget(kubeconfig=kubeconfig))
     try:
         yield Twin(truth, kubeconfig, run.extra["url"], admin.token, api, admin)
     finally:
@@ -647,6 +638,7 @@ def test_kueue_ssa_update_removes_fields_the_manager_dropped(twin: Twin) -> None
 
 def test_fault_switch_5xx_by_count(twin: Twin, clean_faults: KubeTwinAdmin) -> None:
     node = twin.truth.hosts()[30].id
+    before = clean_faults.faults()["fired"]["5xx"]  # the counter is the twin's, over the whole session
     clean_faults.set_faults({"paths": ["/api/v1/nodes/*"], "status_5xx_next": 2, "retry_after_s": 1})
     for _ in range(2):
         with pytest.raises(ApiException) as err:
@@ -655,19 +647,34 @@ def test_fault_switch_5xx_by_count(twin: Twin, clean_faults: KubeTwinAdmin) -> N
         assert err.value.headers["Retry-After"] == "1"
     assert twin.core.read_node(node).metadata.name == node
     assert twin.core.list_node(limit=1).items  # the list path never matched the rule
-    assert clean_faults.faults()["fired"]["5xx"] >= 2
+    assert clean_faults.faults()["fired"]["5xx"] == before + 2
 
 
 def test_fault_switch_delay_and_method_filter(twin: Twin, clean_faults: KubeTwinAdmin) -> None:
-    # A long delay and generous client timeouts, so the test says which requests were delayed
-    # without depending on how busy the machine is.
+    # Which requests were delayed is read from the twin's own counter, not from a clock: the test
+    # does not depend on how busy the machine is.
+    ns = name("delay")
+
+    def delayed() -> int:
+        return int(clean_faults.faults()["fired"]["delayed"])
+
     clean_faults.set_faults({"paths": ["/api/v1/namespaces/*/pods"], "methods": ["GET"], "delay_ms": 5000})
-    with pytest.raises(Exception):  # noqa: B017 - urllib3 raises its own timeout type
-        twin.core.list_namespaced_pod("default", _request_timeout=1.0)
-    # Another path is not delayed: it answers well within a timeout the delayed route cannot meet.
-    assert twin.core.read_node(twin.truth.hosts()[0].id, _request_timeout=4.0).metadata.name
+    before = delayed()
+    # A 1 s client timeout against a 5 s delay: urllib3 retries the read 3 times (its default
+    # Retry(3)), every attempt is delayed, then it gives up with the read timeout as the reason.
+    with pytest.raises(urllib3.exceptions.MaxRetryError) as err:
+        twin.core.list_namespaced_pod(ns, _request_timeout=1.0)
+    assert isinstance(err.value.reason, urllib3.exceptions.ReadTimeoutError)
+    assert err.value.url == f"/api/v1/namespaces/{ns}/pods"
+    assert delayed() == before + 4
+    # The same path with another method, and another path with the same method, are not delayed.
+    created = twin.core.create_namespaced_pod(ns, pod("p"))
+    node = twin.truth.hosts()[0].id
+    assert twin.core.read_node(node).metadata.name == node
+    assert delayed() == before + 4
     clean_faults.clear_faults()
-    assert twin.core.list_namespaced_pod("default", _request_timeout=4.0).items is not None
+    assert [p.metadata.uid for p in twin.core.list_namespaced_pod(ns).items] == [created.metadata.uid]
+    assert delayed() == before + 4
 
 
 def test_fault_switch_conflicts_on_writes(twin: Twin, clean_faults: KubeTwinAdmin) -> None:
@@ -722,7 +729,7 @@ def test_bad_input_is_answered_with_a_status(twin: Twin) -> None:
 
 
 def test_connector_accepts_api_url_override(twin: Twin) -> None:
-    api = api_client(Source(kubeconfig=twin.kubeconfig, api_url=twin.url + "/"))
+    api = api_client(ClusterTarget(kubeconfig=twin.kubeconfig, api_url=twin.url + "/"))
     try:
         assert api.configuration.host == twin.url
         assert len(list_nodes(api, "nvidia.com/gpu.present=true")) == 144
@@ -731,7 +738,7 @@ def test_connector_accepts_api_url_override(twin: Twin) -> None:
 
 
 def test_connector_takes_the_settings_model(twin: Twin) -> None:
-    from pipelines.settings import KubernetesSource
+    from settings import KubernetesSource
 
     source = KubernetesSource(name="sim", kubeconfig=twin.kubeconfig, context="gpufabric-sim")
     api = api_client(source)

@@ -1,7 +1,8 @@
 """A real LLDP lab: network namespaces joined by veth pairs, real lldpd everywhere and real net-snmp
-snmpd (lldpd as its AgentX subagent) on each switch. The collector walks those agents and the
-adjacency it derives must equal the lab's wiring -- with real indexes (nonzero time marks, local
-port = ifIndex, remote indexes not 1), not the twin's.
+snmpd (lldpd as its AgentX subagent) on each switch. The collector walks those agents; the rows the
+asset lands, resolved by the production code (``core.topology.ethernet.resolve_ethernet``), must
+equal the lab's wiring -- with real indexes (nonzero time marks, local port = ifIndex, remote
+indexes not 1), not the twin's.
 
 Topology: spine s1; leaves l1, l2 (each one uplink to s1); hosts h1-h8 (h1-h4 on l1, h5-h8 on l2).
 Each switch namespace also has a management veth to the root namespace (10.199.N.0/30) where snmpd
@@ -22,9 +23,12 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
+from snmp.support import derived_links, snmp_observations
 
 from connectors.snmp import CollectorOptions, SnmpTarget, collect
 from core.quality import CollectionStatus
+from core.topology.ethernet import normalise_mac, resolve_ethernet
+from core.topology.inputs import HostnameRules
 
 SWITCHES = ("s1", "l1", "l2")
 HOSTS = tuple(f"h{i}" for i in range(1, 9))
@@ -212,18 +216,26 @@ def test_collector_reproduces_the_lab_wiring(lab: Lab) -> None:
             time.sleep(0.5)
     assert results, "snmpd never exposed every lldpd neighbour"
 
-    macs = {lab.mac_of(d, i): (d, i) for link in WIRING for d, i in link}
-    seen: dict[frozenset[tuple[str, str]], set[str]] = {}
     for dev, c in results.items():
         assert c.status is CollectionStatus.OK, (dev, c.detail)  # type: ignore[attr-defined]
-        for n in c.neighbors:  # type: ignore[attr-defined]
-            if n.port_id_subtype == 3:
-                remote = macs[n.port_id]  # hosts: lldpd's default MAC port id
-            else:
-                remote = (n.sys_name, n.remote_port)  # switches: ifname port id (portidsubtype ifname)
-            seen.setdefault(frozenset({(dev, n.local_port), remote}), set()).add(dev)
-    assert set(seen) == {frozenset(link) for link in WIRING}
-    assert seen[frozenset({("l1", "swp49"), ("s1", "swp1")})] == {"l1", "s1"}
+    # The rows the SNMP asset lands, read back by the topology adapter, through the production
+    # resolution: switches are keyed by the chassis MAC lldpd advertises, hosts by their name.
+    obs = snmp_observations(results, lab.mgmt)  # type: ignore[arg-type]
+    result = resolve_ethernet(obs.lldp, obs.systems, obs.interfaces, HOSTS, HostnameRules())
+    assert result.unresolved == [] and result.findings == []
+    name = {sid: sw.source for sid, sw in result.switches.items()}
+    assert sorted(name.values()) == sorted(SWITCHES)
+    assert all(normalise_mac(sid) == sid for sid in name)  # identity: each switch's chassis MAC
+    links = derived_links(result)
+    assert {frozenset((name.get(dev, dev), port) for dev, port in link) for link in links} == {
+        frozenset(link) for link in WIRING
+    }
+    for link, entry in links.items():
+        switches = {name[dev] for dev, _ in link if dev in name}
+        assert entry["sources"] == {f"lldp:{s}" for s in switches}  # switch-switch: seen from both ends
+        assert entry["both_sides"]
+    host_ends = [r for entry in links.values() for end, r in entry["resolution"].items() if end.startswith("h")]
+    assert len(host_ends) == 8 and {r["device_method"] for r in host_ends} == {"host_name"}
     every = [n for c in results.values() for n in c.neighbors]  # type: ignore[attr-defined]
     # real agent indexes, not the naive ones
     assert all(n.local_port_num == n.local_if_index for n in every)

@@ -27,11 +27,11 @@ from kubernetes import client
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from assets.finops.resources import FinOpsResource
 from assets.finops.snapshots import k8s_pod_snapshots
 from connectors.kube import api_client
 from connectors.warehouse import Warehouse, open_warehouse
 from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.resources_finops import FinOpsResource
 from simulator.generator import generate
 from simulator.kube import start
 from simulator.spec import load_spec

@@ -17,11 +17,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from assets.topology.store import write_snapshot
 from connectors.kube import api_client, list_nodes
 from connectors.warehouse import open_warehouse
 from core.topology import TopologyModel, derive
 from pipelines.cli_publish import app, kueue_app
+from services.topology import write_snapshot
 from simulator.kube import start
 from tests.integration.test_kube_twin import Source
 from tests.unit.test_topology_support import observe, truth_with

@@ -13,9 +13,9 @@ from snmp.support import SnmpSite
 
 from assets.lldp import defs, lldp_neighbor_observations
 from assets.lldp.assets import land_device
+from assets.lldp.resources import SnmpCollectorResource
 from core.models import LinkKind
 from pipelines.resources import SiteConfigResource, WarehouseResource
-from pipelines.resources_snmp import SnmpCollectorResource
 
 snmp_site = support.snmp_site  # the shared session fixture (one snmpsim per spec)
 

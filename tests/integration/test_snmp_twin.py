@@ -1,5 +1,6 @@
-"""Done-when: over SNMP, every shipped spec's Ethernet adjacencies are reproduced exactly, and
-every fault switch is reported with the status it was built to produce."""
+"""Done-when: over SNMP, every shipped spec's Ethernet adjacencies are reproduced exactly by the
+production resolution (``core.topology.ethernet.resolve_ethernet`` on the rows the asset lands),
+and every fault switch is reported with the status it was built to produce."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from collections.abc import Callable
 
 import pytest
 from snmp import support
-from snmp.support import SHIPPED_SPECS, SnmpSite, resolve, truth_eth_links
+from snmp.support import (
+    SHIPPED_SPECS,
+    SnmpSite,
+    derived_links,
+    resolve_production,
+    split_by_truth,
+    truth_eth_links,
+)
 
 from core.models import DeviceKind, LinkKind
 from core.quality import CollectionStatus
@@ -28,16 +36,33 @@ def test_observations_reproduce_every_eth_link(snmp_site: Callable[..., SnmpSite
         assert str(c.status) == expected, (name, c.status, c.detail)
     assert len(collections) == len(switches) + len(site.faults)
 
-    resolution = resolve(truth, collections)
-    assert resolution.unresolved == []
+    # the rows the asset lands, read back by the topology adapter, resolved by the production code
+    result = resolve_production(truth, site.observations(collections))
+    assert result.unresolved == [] and result.findings == []
+    polled = {sid: sw.source for sid, sw in result.switches.items() if sw.source not in site.faults}
+    assert polled == {sw.id: sw.attributes["inventory_name"] for sw in switches}  # identity: the chassis MAC
+    links = derived_links(result)
+    inside, outside = split_by_truth(truth, links)
     expected_links = truth_eth_links(truth)
-    assert set(resolution.links) == expected_links  # none missing, none invented
-    for link, seen_by in resolution.links.items():
-        kinds = {truth.device(dev).kind for dev, _ in link}
-        if kinds == {DeviceKind.SWITCH}:
-            assert len(seen_by) == 2, link  # switch-switch links are seen from both sides
+    assert inside == expected_links  # none missing, none invented, every port named as the truth's
+    # What the partly broken switch still answers is resolved too: its two readable rows, each to
+    # the host its (garbled) sysName names; no other fault switch yields a row.
+    garbage = next(sid for sid, sw in result.switches.items() if sw.source == "eth-fault-garbage")
+    assert outside == {
+        frozenset({(garbage, "swp1"), ("peer\\xff\\xfe", "swp1")}),
+        frozenset({(garbage, "swp6"), ("peer", "swp6")}),
+    }
+    inventory = {sw.id: sw.attributes["inventory_name"] for sw in switches}
+    for link in expected_links:
+        ends = sorted(link)
+        entry = links[link]
+        if all(truth.device(dev).kind is DeviceKind.SWITCH for dev, _ in ends):
+            # switch-switch links are seen from both sides, by the two switches they join
+            assert entry["both_sides"] and entry["sources"] == {f"lldp:{inventory[dev]}" for dev, _ in ends}, link
         else:
-            assert len(seen_by) == 1, link  # hosts do not answer SNMP in the twin
+            # hosts do not answer SNMP in the twin: one side, the switch's
+            (switch,) = [dev for dev, _ in ends if truth.device(dev).kind is DeviceKind.SWITCH]
+            assert entry["sources"] == {f"lldp:{inventory[switch]}"}, link
     observations = sum(len(c.neighbors) for c in collections.values() if c.device not in site.faults)
     switch_links = sum(1 for link in expected_links if {truth.device(d).kind for d, _ in link} == {DeviceKind.SWITCH})
     assert observations == len(expected_links) + switch_links
@@ -87,11 +112,15 @@ def test_duplicate_sysnames_do_not_merge_switches(snmp_site: Callable[..., SnmpS
     collections = site.collected()
     names = {c.system.sys_name for c in collections.values() if c.system and c.device not in site.faults}
     assert len(names) == len(site.truth.switches(fabric=LinkKind.ETH)) - 1  # two switches share a sysName
-    resolution = resolve(site.truth, collections)
-    assert resolution.unresolved == []
-    assert set(resolution.links) == truth_eth_links(site.truth)
+    result = resolve_production(site.truth, site.observations(collections))
+    assert result.unresolved == []
+    inside, _ = split_by_truth(site.truth, derived_links(result))
+    assert inside == truth_eth_links(site.truth)
     by_chassis = {c.system.chassis_id: c.device for c in collections.values() if c.system}
     assert by_chassis[keep] != by_chassis[take]  # identity is the chassis MAC, not the name
+    # the shared name is reported, and resolves nothing: both switches keep their own links
+    (finding,) = result.findings
+    assert finding.kind == "duplicate_name" and set(finding.devices) == {keep, take}
 
 
 @pytest.mark.integration

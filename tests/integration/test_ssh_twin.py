@@ -12,13 +12,21 @@ from typing import Any
 import pytest
 import yaml
 from snmp import support
-from snmp.support import SnmpSite, resolve, truth_eth_links
+from snmp.support import (
+    EthObservations,
+    SnmpSite,
+    cli_lldp,
+    derived_links,
+    resolve_production,
+    split_by_truth,
+    truth_eth_links,
+)
 
 from assets.lldp_cli.assets import collect_and_land, land, targets_from
 from connectors.ssh import CliCollection, SshOptions, collect
 from core.models import LinkKind
 from core.quality import CollectionStatus
-from pipelines.settings import parse_settings
+from settings import parse_settings
 from simulator.snmp.twin import stop
 from simulator.ssh import start_twin
 from simulator.twin import TwinRun
@@ -54,19 +62,52 @@ def ssh_collected(ssh_site: Any) -> dict[str, CliCollection]:
 
 @pytest.mark.integration
 def test_ssh_and_snmp_yield_the_same_resolved_adjacencies(ssh_site: Any, ssh_collected: Any) -> None:
+    """Both collectors' rows, read back as the topology asset reads them, through the production
+    resolution. The CLI does not report the polled switch's own chassis id, so the switches'
+    identities come from the SNMP poll of the same switches (raw.snmp_systems and
+    raw.snmp_interfaces), as in the warehouse where both collectors land."""
     site, run = ssh_site
     truth = site.truth
     for name, c in ssh_collected.items():
         assert str(c.status) == run.extra["faults"].get(name, "ok"), (name, c.status, c.detail)
-    over_ssh = resolve(truth, ssh_collected)
-    over_snmp = resolve(truth, site.collected())
-    assert over_ssh.unresolved == []
-    assert over_ssh.links == over_snmp.links  # same links, each seen by the same switches
-    assert set(over_ssh.links) == truth_eth_links(truth)
-    assert len(over_ssh.links) == 40
+    snmp = site.observations()
+    over_snmp = resolve_production(truth, snmp)
+    over_ssh = resolve_production(truth, EthObservations(cli_lldp(ssh_collected), snmp.systems, snmp.interfaces))
+    assert over_ssh.unresolved == [] and over_ssh.findings == []
+    ssh_links, snmp_links = derived_links(over_ssh), derived_links(over_snmp)
+    inside, outside = split_by_truth(truth, ssh_links)
+    assert inside == truth_eth_links(truth) and outside == set()  # the SSH fault switches land no row
+    assert len(inside) == 40
+
+    # the same links, each seen by the same switches, each remote device identified the same way
+    # (the port may be named by another field: Junos' CLI gives no advertised port name)
+    def devices(entry: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        return {end: (r["device_method"], r["seen_by"]) for end, r in entry["resolution"].items()}
+
+    for link in inside:
+        assert ssh_links[link]["sources"] == snmp_links[link]["sources"], link
+        assert ssh_links[link]["both_sides"] and snmp_links[link]["both_sides"], link
+        assert devices(ssh_links[link]) == devices(snmp_links[link]), link
     platforms = {c.platform for c in ssh_collected.values() if c.device not in run.extra["faults"]}
     assert platforms == {"arista_eos", "cisco_nxos", "juniper_junos", "mellanox_mlnxos", "sonic", "cumulus"}
     assert sum(len(c.neighbors) for c in ssh_collected.values()) == 40 + 8  # switch-switch links: both ends
+
+
+@pytest.mark.integration
+def test_ssh_alone_keys_switches_by_their_configured_name(ssh_site: Any, ssh_collected: Any) -> None:
+    """Without an SNMP poll the production resolution has only the CLI rows: the polled switch's
+    chassis MAC is not in them, so every switch is keyed ``switch:<configured name>`` (identity
+    kind ``configured_name``) and remote switches are matched by the sysName they advertise. The
+    cabling is still the truth's, port for port."""
+    site, _ = ssh_site
+    truth = site.truth
+    result = resolve_production(truth, EthObservations(cli_lldp(ssh_collected), [], []))
+    assert result.unresolved == [] and result.findings == []
+    eth = truth.switches(fabric=LinkKind.ETH)
+    by_name = {f"switch:{sw.attributes['inventory_name']}": sw.id for sw in eth}
+    assert set(result.switches) == set(by_name)  # the fault switches landed no row
+    renamed = {frozenset((by_name.get(dev, dev), port) for dev, port in link) for link in derived_links(result)}
+    assert renamed == truth_eth_links(truth)
 
 
 @pytest.mark.integration

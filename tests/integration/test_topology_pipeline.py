@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from assets.dcim.assets import DCIM_COLUMNS, dcim_rows
-from assets.infiniband.assets import NVLINK_COLUMNS, land_fabric, nvlink_rows
+from assets.infiniband.assets import NVLINK_COLUMNS, nvlink_rows
 from assets.topology import fabric_model
 from connectors.dcim.parser import parse_file as parse_dcim
 from connectors.ibnetdiscover import parse_file
@@ -27,6 +27,7 @@ from pipelines.cli_ib import app as ingest_app
 from pipelines.cli_topology import app as topology_app
 from pipelines.cli_topology import slurm_app
 from pipelines.resources import WarehouseResource
+from services.infiniband import land_fabric
 from simulator.dcim import write_dcim_export
 from simulator.generator import GroundTruth
 from simulator.ib.ibnetdiscover import write_ibnetdiscover

@@ -127,13 +127,18 @@ def test_anomaly_needs_score_absolute_and_relative_impact() -> None:
 def test_cold_start_uses_budget_burn_rate() -> None:
     key = ("newco", "planner", "batch")
     hour = T0
-    allowed = 7300 / 730  # 10 USD an hour
+    # 7,300 USD a month over 730 hours allows 10 USD an hour; 10x that (100 USD) is the line
     a, method = evaluate(key, hour, {hour: Decimal(150)}, hour, Decimal(7300))
     assert method == "burn_rate" and a is not None
-    assert (a.expected_usd, a.actual_usd, a.score) == (Decimal("10.000000"), 150, 15.0)
-    assert evaluate(key, hour, {hour: Decimal(90)}, hour, Decimal(7300))[0] is None  # 9x < 10x
+    assert (a.method, a.expected_usd, a.actual_usd, a.impact_usd, a.relative_impact, a.score, a.baseline_samples) == (
+        "burn_rate", Decimal("10.000000"), Decimal("150.000000"), Decimal("140.000000"), 14.0, 15.0, 0)
+    assert a.detail == {"monthly_budget_usd": "7300", "burn_factor": 10.0}
+    at_the_line, _ = evaluate(key, hour, {hour: Decimal(100)}, hour, Decimal(7300))
+    assert at_the_line is not None and at_the_line.score == 10.0  # exactly 10x is an anomaly
+    assert evaluate(key, hour, {hour: Decimal("99.99")}, hour, Decimal(7300)) == (None, "burn_rate")  # just under 10x
+    assert evaluate(key, hour, {hour: Decimal(90)}, hour, Decimal(7300)) == (None, "burn_rate")  # 9x < 10x
     assert evaluate(key, hour, {hour: Decimal(150)}, hour, None) == (None, "cold_start_no_budget")
-    assert allowed == 10
+    assert evaluate(key, hour, {hour: Decimal(150)}, hour, Decimal(0)) == (None, "cold_start_no_budget")
 
 
 def test_detect_over_series_and_ids_are_stable() -> None:
@@ -143,7 +148,11 @@ def test_detect_over_series_and_ids_are_stable() -> None:
     found, methods = detect({("a", "x", "t"): quiet, ("b", "x", "t"): loud}, [hour], {})
     assert [(f.client, f.hour) for f in found] == [("b", hour)]
     assert methods == {"seasonal_hour_of_day": 2}
-    assert found[0].anomaly_id == anomaly_id(("b", "x", "t"), hour) != anomaly_id(("a", "x", "t"), hour)
+    # ids are stored with the alerts: the same (series, hour) must give the same id in every run
+    # and every release, or re-running detection would alert twice
+    assert found[0].anomaly_id == "0b5d645e84858eb7ba009f96"
+    assert anomaly_id(("a", "x", "t"), hour) == "c89aac375141936b5dae9264"
+    assert detect({("b", "x", "t"): loud}, [hour], {})[0][0].anomaly_id == found[0].anomaly_id
 
 
 def test_slack_payload() -> None:

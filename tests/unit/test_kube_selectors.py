@@ -47,13 +47,28 @@ def test_bad_label_selectors_are_400(selector: str) -> None:
     assert err.value.code == 400 and err.value.reason == "BadRequest"
 
 
+PREFIX_ERROR = "prefix part must be a lowercase RFC 1123 subdomain of at most 253 characters"
+NAME_ERROR = (
+    "name part must consist of at most 63 alphanumeric characters, '-', '_' or '.', and must start and end "
+    "with an alphanumeric character"
+)
+VALUE_ERROR = (
+    "a valid label must be an empty string or consist of at most 63 alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+
+
 def test_label_syntax() -> None:
     assert label_key_error("fabric.gpufabric.io/block") is None
-    assert label_key_error("Fabric.io/x") is not None  # prefix must be lower case
-    assert label_key_error("a/" + "b" * 64) is not None
+    assert label_key_error("kubernetes.io/hostname") is None and label_key_error("app") is None
+    assert label_key_error("Fabric.io/x") == PREFIX_ERROR  # prefix must be lower case
+    assert label_key_error("a" * 254 + "/x") == PREFIX_ERROR
+    assert label_key_error("a/" + "b" * 63) is None and label_key_error("a/" + "b" * 64) == NAME_ERROR
+    assert label_key_error("a/") == NAME_ERROR and label_key_error("-a") == NAME_ERROR
     assert label_value_error("") is None
-    assert label_value_error("B200 (GB200 NVL72)") is not None
-    assert label_value_error("x" * 63) is None and label_value_error("x" * 64) is not None
+    assert label_value_error("B200 (GB200 NVL72)") == VALUE_ERROR
+    assert label_value_error("a-") == VALUE_ERROR
+    assert label_value_error("x" * 63) is None and label_value_error("x" * 64) == VALUE_ERROR
 
 
 def test_field_selectors() -> None:

@@ -1,4 +1,4 @@
-"""Tests for ``pipelines.settings``: the messages operators see, secrets, merging, hostile input.
+"""Tests for ``settings``: the messages operators see, secrets, merging, hostile input.
 
 Most error tests load a real file named ``gpufabric.yaml`` from the working directory, so the
 asserted text is exactly what the CLI prints (``gpufabric.yaml:14: sources.switches[2]...``).
@@ -6,9 +6,11 @@ asserted text is exactly what the CLI prints (``gpufabric.yaml:14: sources.switc
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import textwrap
-import time
+import threading
 import traceback
 from collections.abc import Callable
 from datetime import date
@@ -21,7 +23,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
-from pipelines.settings import (
+from settings import (
     INLINE_SECRET_MESSAGE,
     KNOWN_PLATFORMS,
     MAX_FILE_BYTES,
@@ -147,7 +149,8 @@ def test_example_file_loads_and_covers_every_section() -> None:
     sources = settings.sources
     for kind in ("dcim", "switches", "fabric_managers", "prometheus", "dcgm_exporters", "kubernetes"):
         assert getattr(sources, kind), f"example has no {kind}"
-    assert sources.switch_defaults is not None
+    assert sources.switch_defaults is not None and sources.switch_defaults.platform == "arista_eos"
+    assert sources.switch_defaults.snmp is not None and sources.switch_defaults.snmp.user == "gpufabric-ro"
     # relative paths resolve against the example's folder, not the cwd
     assert sources.dcim[0].path == REPO_ROOT / "inventory/devices.csv"
     assert sources.dcim[1].format == "yaml"  # inferred from .yaml
@@ -749,13 +752,11 @@ def test_five_thousand_switches_load(load: Load) -> None:
     ]
     for i in range(5000):
         lines += [f"    - name: sw-{i:05d}", f"      address: 10.{i // 65536}.{(i // 256) % 256}.{i % 256}"]
-    started = time.monotonic()
-    settings = load("\n".join(lines) + "\n")
-    elapsed = time.monotonic() - started
+    settings = load("\n".join(lines) + "\n")  # how long this takes: bench/bench_settings.py
     assert len(settings.sources.switches) == 5000
     assert settings.sources.switches[4999].name == "sw-04999"
+    assert str(settings.sources.switches[4999].address) == "10.0.19.135"
     assert all(s.snmp is not None and s.snmp.security_level == "authPriv" for s in settings.sources.switches)
-    assert elapsed < 30, f"5,000 switches took {elapsed:.1f}s"
 
 
 BILLION_LAUGHS = "version: 1\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
@@ -800,10 +801,10 @@ KEY_BOMB = "version: 1\nk0: &k0 [a, b, c, d, e, f, g, h]\n" + "".join(
         ("version: 1\nx: !!binary 'AAA'\n", 2, "failed to decode base64 data"),
     ],
 )
-def test_hostile_yaml_is_refused_quickly(fail: Fail, text: str, expected_line: int | None, expected: str) -> None:
-    started = time.monotonic()
+def test_hostile_yaml_is_refused(fail: Fail, text: str, expected_line: int | None, expected: str) -> None:
+    """Refused by the limit named in the message (so never expanded); the time a refusal takes is
+    measured against loading the example file in bench/bench_settings.py."""
     message = fail(text)
-    assert time.monotonic() - started < 10
     assert expected in message
     assert len(message.splitlines()) == 1
     if expected_line is not None:
@@ -849,11 +850,36 @@ def test_oversized_file_is_refused_without_reading_it(fail: Fail, tmp_path: Path
 
 
 def test_endless_device_is_bounded() -> None:
-    started = time.monotonic()
     with pytest.raises(SettingsError) as caught:
         load_settings("/dev/zero")
-    assert "the limit is 20 MB" in str(caught.value)
-    assert time.monotonic() - started < 10
+    assert str(caught.value) == "/dev/zero: the file is 20.0 MB; the limit is 20 MB (is this the right file?)"
+
+
+def test_an_endless_stream_is_read_no_further_than_the_limit(tmp_path: Path) -> None:
+    """A FIFO that never ends (st_size 0, as /dev/zero): the loader reads the limit and one byte,
+    then closes. The writer counts what it managed to hand over; it gives up at four times the
+    limit, so an unbounded read fails this test (with 80 MB in the message) instead of hanging."""
+    fifo = tmp_path / "endless.yaml"
+    os.mkfifo(fifo)
+    chunk = b"\0" * 65536
+    written = 0
+
+    def feed() -> None:
+        nonlocal written
+        with contextlib.suppress(BrokenPipeError), fifo.open("wb") as out:
+            while written < 4 * MAX_FILE_BYTES:
+                out.write(chunk)
+                written += len(chunk)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    with pytest.raises(SettingsError) as caught:
+        load_settings(fifo)
+    writer.join(timeout=60)  # hang guard only: the reader closed, so the next write fails
+    assert not writer.is_alive()
+    assert str(caught.value) == f"{fifo}: the file is 20.0 MB; the limit is 20 MB (is this the right file?)"
+    # what the reader took (limit + 1) plus at most the pipe's buffer and one chunk in flight
+    assert MAX_FILE_BYTES < written <= MAX_FILE_BYTES + 1 + 1024 * 1024 + len(chunk)
 
 
 YAMLISH = st.lists(
@@ -935,7 +961,7 @@ def test_example_budget_section_builds_the_controllers_config() -> None:
     from datetime import UTC, datetime
 
     from core.budget import Envelope, SettlementPolicy, Unlabeled
-    from pipelines.settings import budget_config_from_settings, settlement_policy_from_settings
+    from settings import budget_config_from_settings, settlement_policy_from_settings
 
     settings = load_settings(EXAMPLE)
     config = budget_config_from_settings(settings)
@@ -956,7 +982,7 @@ def test_example_budget_section_builds_the_controllers_config() -> None:
 
 def test_budget_defaults_without_the_section() -> None:
     from core.budget import SettlementPolicy, Unlabeled
-    from pipelines.settings import budget_config_from_settings, settlement_policy_from_settings
+    from settings import budget_config_from_settings, settlement_policy_from_settings
 
     settings = parse_settings("version: 1\nlabel_prefix: agents.example.com\n")
     config = budget_config_from_settings(settings)
@@ -970,7 +996,7 @@ def test_budget_defaults_without_the_section() -> None:
 
 
 def test_budget_rates_default_to_the_highest_rate_card_per_tier() -> None:
-    from pipelines.settings import budget_config_from_settings
+    from settings import budget_config_from_settings
 
     config = budget_config_from_settings(
         load_settings(EXAMPLE).model_copy(update={"budget": parse_settings("version: 1\n").budget})
@@ -1039,9 +1065,12 @@ def test_duplicate_governed_namespace(fail: Fail) -> None:
 
 
 def test_simulated_site_carries_a_budget_section() -> None:
-    from pipelines.settings import budget_config_from_settings
+    from core.budget import Envelope
+    from settings import budget_config_from_settings
     from simulator.up import site_config
 
     config = budget_config_from_settings(parse_settings(site_config([], "h100-1su")))
-    assert config.default_envelope("anyone", "standard") is not None
+    # the simulated site's one default envelope (simulator/up.py), for any client and tier
+    assert config.default_envelope("anyone", "standard") == Envelope(Decimal(200), Decimal(600), 250, 3, 60)
+    assert config.default_envelope("other", "batch") == config.default_envelope("anyone", "standard")
     assert config.rate("standard") == Decimal(3) and config.alert_only is True

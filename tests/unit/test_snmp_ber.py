@@ -1,11 +1,10 @@
 """The SNMPv2c BER codec (``connectors.snmp.ber``): round trips, agreement with pysnmp/pyasn1 as the
-reference codec, captured real datagrams, and bad input of every kind ending in BerError, fast."""
+reference codec, captured real datagrams, and bad input of every kind ending in BerError (how fast:
+``bench/bench_ber.py``)."""
 
 from __future__ import annotations
 
-import os
 import random
-import time
 from typing import Any
 
 import pytest
@@ -352,22 +351,35 @@ def test_deeply_nested_sequences_fail_at_once() -> None:
     content = b""
     for _ in range(20_000):
         content = ber._tlv(0x30, content)
-    started = time.process_time()
-    with pytest.raises(BerError, match="expected INTEGER"):
+    # The decoder reads the version INTEGER where the first nested SEQUENCE starts and stops there:
+    # offset 5 (tag + 4-octet length of the outer SEQUENCE), not 20,000 levels down (a recursive
+    # descent would end in RecursionError, which is not a BerError). Speed: bench/bench_ber.py.
+    with pytest.raises(BerError) as err:
         ber.decode_message(content)
-    assert time.process_time() - started < 0.1
+    assert str(err.value) == "version: expected INTEGER, got tag 0x30 at offset 5"
 
 
-def test_ten_megabytes_of_garbage_fail_fast() -> None:
-    started = time.process_time()
-    garbage = os.urandom(10 * 1024 * 1024)
-    for blob in (garbage, b"\x30\x84\x00\x9f\xff\xf0" + garbage, b"\x30\x82\xff\xff" * (10 * 1024 * 1024 // 4)):
-        with pytest.raises(BerError):
+def test_ten_megabytes_of_garbage_are_refused_at_their_first_octets() -> None:
+    """Each blob is refused by what its first octets say (the offset in the message proves the
+    decoder looked no further); the time this takes is measured in bench/bench_ber.py."""
+    garbage = random.Random(1).randbytes(10 * 1024 * 1024)  # seeded: the first octets decide the message
+    cases = [
+        (garbage, "message: 49-octet length at offset 1"),
+        (b"\x30\x84\x00\x9f\xff\xf0" + garbage, "version: 49-octet length at offset 7"),
+        (
+            b"\x30\x82\xff\xff" * (10 * 1024 * 1024 // 4),
+            "version: length 65535 at offset 8 runs past the end (65531 octets left)",
+        ),
+    ]
+    for blob, expected in cases:
+        with pytest.raises(BerError) as err:
             ber.decode_message(blob)
-    # a well-framed message whose one varbind list is 10 MB of well-formed varbinds is decoded,
-    # in time linear in its size (the socket never delivers one this large: UDP stops at 64 KiB)
+        assert str(err.value) == expected
+    # a well-framed message whose one varbind list is 10 MB of well-formed varbinds is decoded
+    # whole (the socket never delivers one this large: UDP stops at 64 KiB)
     vb = ber._tlv(0x30, ber._tlv(6, ber.encode_oid((1, 3, 6, 1))) + b"\x05\x00")
     huge = ber._tlv(0x30, vb * (1024 * 1024 // len(vb)))
     message = ber._tlv(0x30, bytes.fromhex("020101040170") + ber._tlv(0xA2, bytes.fromhex("020101020100020100") + huge))
-    assert len(ber.decode_message(message).varbinds) == 1024 * 1024 // len(vb)
-    assert time.process_time() - started < 5
+    decoded = ber.decode_message(message).varbinds
+    assert len(decoded) == 1024 * 1024 // len(vb)
+    assert set(decoded) == {((1, 3, 6, 1), ("null", None))}

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors.snmp.lldp_mib import DeviceWalk, interpret
-from connectors.snmp.oids import SYS_DESCR, SYS_NAME, SYS_OBJECT_ID
+from connectors.snmp.oids import LLDP_REM_TABLE, SYS_DESCR, SYS_NAME, SYS_OBJECT_ID, dotted
 from core.quality import CollectionStatus
 
 PEER = bytes.fromhex("3c6104000001")
@@ -124,11 +124,42 @@ _values = st.one_of(
 )
 _suffix = st.lists(st.integers(0, 2**32), min_size=0, max_size=8).map(tuple)
 _table = st.dictionaries(_suffix, _values, max_size=30)
+# lldpRemTable rows of the right shape (column, time mark, local port, remote index) with values
+# that are often well typed, so fuzzing reaches whole rows, half rows and rows with one bad field,
+# not only malformed indexes
+_rem_key = st.tuples(st.integers(3, 11), st.integers(0, 2), st.integers(1, 3), st.integers(1, 2))
+_plausible = st.sampled_from([
+    ("int", 4), ("int", 3), ("int", 5), ("int", 7),
+    ("octets", bytes.fromhex("3c6104000001")), ("octets", b"swp1"), ("octets", b"peer"), ("octets", b""),
+])  # fmt: skip
+_loose = st.dictionaries(st.one_of(_rem_key, _rem_key, _suffix), st.one_of(_plausible, _plausible, _values),
+                         max_size=20)  # fmt: skip
+
+
+def _perturbed_row(
+    port: int, rem: int, drop: set[int], swap: dict[int, tuple[str, object]]
+) -> dict[tuple[int, ...], tuple[str, object]]:
+    """A whole row (as ``_row``) with some columns dropped and some values swapped for others."""
+    row = _row(port, rem, mark=0)
+    for key in list(row):
+        if key[0] in drop:
+            del row[key]
+    row.update({(col, 0, port, rem): value for col, value in swap.items()})
+    return row
+
+
+_rows = st.lists(
+    st.builds(_perturbed_row, st.integers(1, 3), st.integers(1, 2),
+              st.sets(st.integers(4, 10), max_size=2) | st.just(set()),
+              st.dictionaries(st.integers(4, 10), _values | _plausible, max_size=1) | st.just({})),
+    max_size=6,
+)  # fmt: skip
+_rem_table = st.builds(lambda rows, loose: {k: v for row in rows for k, v in row.items()} | loose, _rows, _loose)
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    rem=_table, local=_table, man=_table, names=_table, speeds=_table, bridge=_table,
+    rem=_rem_table, local=_table, man=_table, names=_table, speeds=_table, bridge=_table,
     sysname=_values, platform=st.sampled_from([None, "arista_eos", "cisco_nxos", "sonic", "juniper_junos"]),
 )
 def test_garbage_never_crashes(rem, local, man, names, speeds, bridge, sysname, platform) -> None:  # type: ignore[no-untyped-def]
@@ -137,8 +168,30 @@ def test_garbage_never_crashes(rem, local, man, names, speeds, bridge, sysname, 
     walk.tables = {"lldpRemTable": rem, "lldpLocalSystemData": local, "lldpRemManAddrTable": man,
                    "ifName": names, "ifHighSpeed": speeds, "dot1dBasePortIfIndex": bridge}
     c = interpret(walk)
-    assert c.status in set(CollectionStatus)
+    # A walk that completed is judged by what it held: landed rows, quarantined values, or
+    # nothing. The status and its detail follow from those two lists and nothing else.
+    if c.neighbors and c.quarantined:
+        assert (c.status, c.detail) == (CollectionStatus.PARTIAL, f"{len(c.quarantined)} value(s) quarantined")
+    elif c.neighbors:
+        assert (c.status, c.detail) == (CollectionStatus.OK, None)
+    elif c.status is CollectionStatus.INVALID:
+        assert c.quarantined and c.detail == "every LLDP row was quarantined"
+    else:
+        assert c.status is CollectionStatus.NO_DATA
+        assert c.detail in {"LLDP neighbour table is empty", "no LLDP: LLDP-MIB and LLDP-V2-MIB are empty"}
+        assert (c.detail == "LLDP neighbour table is empty") == bool(rem or local)
+    # bad input is never silently dropped: every lldpRemTable varbind of an LLDP column lands in
+    # a neighbour, or is quarantined on its own (bad index) or with its row (a bad or missing field)
+    if c.system is not None and c.system.mib == "lldp":
+        landed = {(n.local_port_num, n.rem_index) for n in c.neighbors}
+        locations = {str(q.location) for q in c.quarantined}
+        for key in rem:
+            if key and key[0] in range(4, 11):
+                row = f"lldpRemTable row (local port {key[2]}, remote index {key[3]})" if len(key) == 4 else None
+                assert (key[2:] in landed if len(key) == 4 else False) or row in locations or (
+                    dotted((*LLDP_REM_TABLE, *key)) in locations), key
     for n in c.neighbors:
         assert len(n.chassis_id_raw) > 0 and n.chassis_id
+        assert n.mib == "lldp" and n.local_port_num is not None
     for q in c.quarantined:
-        assert q.reason and q.device == "fuzz"
+        assert q.reason and q.device == "fuzz" and q.source == "snmp"

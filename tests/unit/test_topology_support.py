@@ -2,7 +2,7 @@
 and the comparison of a derived model against the truth (used by the topology tests).
 
 IB: the generated ibnetdiscover text -> ``connectors.ibnetdiscover`` -> the IB asset's row
-writers -> ``assets.topology.rows``: exactly what ``raw.ib_*`` holds. DCIM: the export twin's CSV
+writers -> ``services.topology.rows``: exactly what ``raw.ib_*`` holds. DCIM: the export twin's CSV
 -> ``connectors.dcim`` -> the DCIM asset's rows. NVLink: the Kubernetes twin's GFD labels ->
 ``connectors.nvlink``. LLDP: rows with the columns of ``raw.lldp_neighbor_observations`` built from
 the truth's Ethernet cables the way an agent advertises them (the SNMP area's collector is still
@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from assets.dcim.assets import DCIM_COLUMNS, dcim_rows
-from assets.infiniband.assets import LINK_COLUMNS, NODE_COLUMNS, NVLINK_COLUMNS, link_rows, node_rows, nvlink_rows
-from assets.topology import rows as R
+from assets.infiniband.assets import NVLINK_COLUMNS, nvlink_rows
 from connectors.dcim.parser import parse_file as parse_dcim
 from connectors.ibnetdiscover.parser import parse_ibnetdiscover
 from connectors.nvlink import from_node_labels
 from core.models import DeviceKind, Finding, LinkKind, Tier
 from core.topology import Observations, TopologyModel
+from services.infiniband import LINK_COLUMNS, NODE_COLUMNS, link_rows, node_rows
+from services.topology import rows as R
 from simulator.dcim import write_dcim_export
 from simulator.generator import DefectKind, GroundTruth, InjectedDefect, generate
 from simulator.ib.ibnetdiscover import render_lines

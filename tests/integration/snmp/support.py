@@ -1,11 +1,14 @@
 """Shared by the SNMP/LLDP integration tests: the twin per shipped spec (one snmpsim per spec per
-session), collection helpers and resolution of observations against the ground truth."""
+session), collection helpers, and resolution of what was collected through the production path
+(asset row writers -> ``services.topology.rows`` -> ``core.topology.ethernet.resolve_ethernet``)
+compared with the ground truth."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +17,12 @@ import yaml
 
 from assets.lldp.assets import targets_from
 from connectors.snmp import CollectionStats, CollectorOptions, LldpCollection, collect
-from core.lldp import LldpNeighbor, normalise_interface
-from core.models import DeviceKind, LinkKind
-from pipelines.settings import Settings, parse_settings
+from core.lldp import normalise_interface
+from core.models import LinkKind
+from core.topology.ethernet import EthResult, resolve_ethernet
+from core.topology.inputs import EthInterfaceObs, EthSystemObs, HostnameRules, LldpObs
+from services.topology import rows as R
+from settings import Settings, parse_settings
 from simulator.generator import GroundTruth, generate
 from simulator.spec import ClusterSpec, load_spec
 from simulator.specs import resolve_spec_path
@@ -42,6 +48,15 @@ class SnmpSite:
     @property
     def faults(self) -> dict[str, str]:
         return dict(self.extra["faults"])
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """Configured switch name -> address (what the asset records in raw.snmp_systems)."""
+        return {s.name: s.address for s in self.settings.sources.switches}
+
+    def observations(self, collections: dict[str, LldpCollection] | None = None) -> EthObservations:
+        """The SNMP asset's rows for ``collections`` (default: this session's), read back."""
+        return snmp_observations(self.collected() if collections is None else collections, self.addresses)
 
     def collected(self) -> dict[str, LldpCollection]:
         """One collection per site per session, shared by read-only tests (walks cost CPU)."""
@@ -111,62 +126,97 @@ def snmp_site(
 
 
 # ------------------------------------------------------------------------------------------------
-# resolution against the ground truth
+# resolution through the production path, compared with the ground truth
 # ------------------------------------------------------------------------------------------------
+#
+# Collections become the rows the assets land (their own row writers, in their column order) and
+# those rows become observation records through ``services.topology.rows`` -- the adapter the
+# topology asset reads ``raw.*`` with -- so what ``core.topology.ethernet.resolve_ethernet`` sees
+# here is exactly what it sees after a warehouse round trip. The truth is spelled the way the
+# production names things: a switch by its chassis MAC, a host by its name, a port by
+# ``core.lldp.normalise_interface`` of the vendor spelling (``Eth1/1`` is ``Ethernet1/1``).
 
-End = tuple[str, str]  # (device id, port name as the truth spells it)
+End = tuple[str, str]  # (device id, canonical port name)
+Link = frozenset[End]
+AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
-@dataclass
-class Resolution:
-    links: dict[frozenset[End], set[str]]  # link -> the devices (ids) that saw it
-    unresolved: list[tuple[str, LldpNeighbor, str]]
+@dataclass(frozen=True)
+class EthObservations:
+    lldp: list[LldpObs]
+    systems: list[EthSystemObs]
+    interfaces: list[EthInterfaceObs]
 
 
-def truth_eth_links(truth: GroundTruth) -> set[frozenset[End]]:
+def snmp_observations(
+    collections: dict[str, LldpCollection], addresses: dict[str, str], run_id: str = "run"
+) -> EthObservations:
+    """What the SNMP asset lands for these collections (LLDP rows, systems, interfaces), read back
+    as the topology asset reads them."""
+    from assets.lldp.assets import (
+        INTERFACE_COLUMNS,
+        OBSERVATION_COLUMNS,
+        SYSTEM_COLUMNS,
+        interface_rows,
+        observation_rows,
+        system_rows,
+    )
+
+    lldp: list[LldpObs] = []
+    systems: list[EthSystemObs] = []
+    interfaces: list[EthInterfaceObs] = []
+    for c in collections.values():
+        lldp += [R.lldp(d) for d in R.rows_as_dicts(OBSERVATION_COLUMNS, observation_rows(run_id, AT, c))]
+        interfaces += [R.eth_interface(d) for d in R.rows_as_dicts(INTERFACE_COLUMNS, interface_rows(run_id, AT, c))]
+        systems += [
+            R.eth_system(d)
+            for d in R.rows_as_dicts(SYSTEM_COLUMNS, system_rows(run_id, AT, addresses.get(c.device, ""), c))
+        ]
+    return EthObservations(lldp, systems, interfaces)
+
+
+def cli_lldp(collections: dict[str, Any], run_id: str = "run") -> list[LldpObs]:
+    """What the SSH/CLI asset lands for these collections (``collector`` = 'cli'), read back."""
+    from assets.lldp.assets import OBSERVATION_COLUMNS
+    from assets.lldp_cli.assets import observation_rows
+
+    return [
+        R.lldp(d)
+        for c in collections.values()
+        for d in R.rows_as_dicts(
+            OBSERVATION_COLUMNS, observation_rows(run_id, AT, c.device, c.platform, "cli", c.neighbors)
+        )
+    ]
+
+
+def resolve_production(truth: GroundTruth, obs: EthObservations) -> EthResult:
+    """``core.topology.ethernet.resolve_ethernet`` on the rows, with the default hostname rules and
+    the hosts an inventory would name (the truth's host names), as ``core.topology.derive`` calls it."""
+    return resolve_ethernet(obs.lldp, obs.systems, obs.interfaces, truth.spec.host_names, HostnameRules())
+
+
+def derived_links(result: EthResult) -> dict[Link, dict[str, Any]]:
+    """Every resolved link as an unordered pair of ends, with its evidence entry."""
+    return {frozenset({(k[0], k[1]), (k[2], k[3])}): v for k, v in result.links.items()}
+
+
+def truth_eth_links(truth: GroundTruth) -> set[Link]:
+    """The truth's Ethernet cables, spelled as the production spells them."""
     return {
-        frozenset({(link.a.device_id, link.a.port), (link.b.device_id, link.b.port)})
+        frozenset(
+            {(link.a.device_id, normalise_interface(link.a.port)), (link.b.device_id, normalise_interface(link.b.port))}
+        )
         for link in truth.links
         if link.kind is LinkKind.ETH
     }
 
 
-def resolve(truth: GroundTruth, collections: dict[str, LldpCollection]) -> Resolution:
-    """Map every observation to truth ports: the local end by (switch, normalised port name), the
-    remote end by chassis MAC + advertised port name (switches) or by port MAC (hosts)."""
-    by_config_name: dict[str, str] = {}
-    switch_port: dict[tuple[str, str], str] = {}
-    mac_port: dict[str, End] = {}
-    for dev in truth.switches(fabric=LinkKind.ETH):
-        by_config_name[str(dev.attributes.get("inventory_name", dev.name))] = dev.id
-        for p in truth.ports_of(dev.id):
-            switch_port[(dev.id, normalise_interface(p.port))] = p.port
-    for dev in truth.devices:
-        if dev.kind is DeviceKind.HOST:
-            for p in truth.ports_of(dev.id):
-                if p.mac:
-                    mac_port[p.mac] = (dev.id, p.port)
-    links: dict[frozenset[End], set[str]] = defaultdict(set)
-    unresolved: list[tuple[str, LldpNeighbor, str]] = []
-    for name, c in collections.items():
-        local_id = by_config_name.get(name)
-        if local_id is None:
-            continue  # fault switches are not in the truth
-        for n in c.neighbors:
-            local = switch_port.get((local_id, n.local_port or ""))
-            if local is None:
-                unresolved.append((name, n, f"local port {n.local_port!r} unknown"))
-                continue
-            remote: End | None = None
-            if n.chassis_id_subtype == 4 and (n.chassis_id, normalise_interface(n.remote_port or "")) in switch_port:
-                remote = (n.chassis_id, switch_port[(n.chassis_id, normalise_interface(n.remote_port or ""))])
-            elif n.port_id_subtype == 3 and n.port_id in mac_port:
-                remote = mac_port[n.port_id]
-            if remote is None:
-                unresolved.append((name, n, "remote end not in the truth"))
-                continue
-            links[frozenset({(local_id, local), remote})].add(local_id)
-    return Resolution(dict(links), unresolved)
+def split_by_truth(truth: GroundTruth, links: dict[Link, dict[str, Any]]) -> tuple[set[Link], set[Link]]:
+    """(links whose ends are all devices of the truth, the rest): the twin's fault switches are not
+    in the truth, and what a partly broken one still answers resolves to links of its own."""
+    known = {d.id for d in truth.devices}
+    inside = {lk for lk in links if all(dev in known for dev, _ in lk)}
+    return inside, set(links) - inside
 
 
 def status_counts(collections: dict[str, LldpCollection]) -> Counter[str]:

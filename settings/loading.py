@@ -19,14 +19,14 @@ from pydantic import (
     ValidationError,
 )
 
-from pipelines.settings.errors import (
+from settings.errors import (
     MAX_DEPTH,
     MAX_EXPANDED_NODES,
     MAX_FILE_BYTES,
     Problem,
     SettingsError,
 )
-from pipelines.settings.models import (
+from settings.models import (
     _UNIQUE,
     _UNIQUE_BY_LOC,
     SecretRef,

@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from pipelines.settings.errors import (
+from settings.errors import (
     INLINE_SECRET_MESSAGE,
     MAX_SECRET_BYTES,
     Platform,
@@ -783,7 +783,7 @@ class WarehouseSettings(_Model):
 
 # --------------------------------------------------------------------------------------------
 # Budget controller (agent-tree envelopes; core.budget.BudgetConfig is built from this by
-# pipelines.settings.budget.budget_config_from_settings)
+# settings.budget.budget_config_from_settings)
 # --------------------------------------------------------------------------------------------
 
 _ENVELOPE_KEY_RE = re.compile(

@@ -21,12 +21,12 @@ laptop that has none of the production environment variables. ``SecretRef.resolv
 by the connector that needs the value, at the moment it needs it.
 """
 
-from pipelines.settings.budget import (
+from settings.budget import (
     budget_config_from_settings,
     load_budget_config,
     settlement_policy_from_settings,
 )
-from pipelines.settings.errors import (
+from settings.errors import (
     INLINE_SECRET_MESSAGE,
     KNOWN_PLATFORMS,
     MAX_FILE_BYTES,
@@ -35,12 +35,12 @@ from pipelines.settings.errors import (
     SecretError,
     SettingsError,
 )
-from pipelines.settings.loading import (
+from settings.loading import (
     default_settings_path,
     load_settings,
     parse_settings,
 )
-from pipelines.settings.models import (
+from settings.models import (
     BudgetReconcilerSettings,
     BudgetSettings,
     BudgetSettlementSettings,

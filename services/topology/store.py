@@ -17,10 +17,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from assets.topology import rows as R
 from connectors.warehouse import copy_rows, write_quarantine
 from core.quality import Quarantined
 from core.topology import Change, Observations, TopologyModel, diff_models, summarise
+from services.topology import rows as R
 
 T = TypeVar("T")
 

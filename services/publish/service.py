@@ -1,6 +1,6 @@
 """One publish, shared by the CLI and the asset: topology version -> desired state -> plan ->
 dry run, GitOps files or apply -> a ``publish.runs`` row. Thin glue over ``core.publish``
-(rendering), ``connectors.kube.publish`` (the cluster) and ``assets.publish.store``."""
+(rendering), ``connectors.kube.publish`` (the cluster) and ``services.publish.store``."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,8 +12,6 @@ import psycopg
 import yaml
 from kubernetes import client
 
-from assets.publish.store import applied_run_for, last_applied_run, record_run
-from assets.topology.store import load_model
 from connectors.kube import list_nodes
 from connectors.kube.publish import (
     BlastRadiusExceeded,
@@ -26,6 +24,8 @@ from connectors.kube.publish import (
 )
 from core.publish import DesiredState, KueuePolicy, LabelScheme, TenantSpec, desired_state
 from core.topology.model import model_from_json
+from services.publish.store import applied_run_for, last_applied_run, record_run
+from services.topology.store import load_model
 
 GITOPS_SUBDIR = "gpufabric"
 
@@ -56,7 +56,7 @@ class Outcome:
 
 
 def config_from_settings(settings: Any, cluster: str | None = None) -> PublishConfig:
-    """``pipelines.settings.Settings`` -> PublishConfig (duck-typed: assets do not import pipelines)."""
+    """``settings.Settings`` -> PublishConfig (duck-typed)."""
     tenants = [TenantSpec(t.id, t.name, list(t.tiers), t.cohort, dict(t.gpu_quota) if t.gpu_quota else None,
                           t.borrowing_fraction, t.lending_fraction)
                for t in settings.tenants]  # fmt: skip
@@ -71,7 +71,7 @@ def config_from_settings(settings: Any, cluster: str | None = None) -> PublishCo
     )
 
 
-def _state_for(conn: psycopg.Connection, api: client.ApiClient, cfg: PublishConfig, version: int | None
+def desired_state_for(conn: psycopg.Connection, api: client.ApiClient, cfg: PublishConfig, version: int | None
                ) -> tuple[int, DesiredState]:  # fmt: skip
     doc = load_model(conn, version)
     if doc is None:
@@ -147,7 +147,7 @@ def publish_fabric(
         topo_version, state = rollback_version, DesiredState.from_json(desired)
         mode = "rollback"
     else:
-        topo_version, state = _state_for(conn, api, cfg, version)
+        topo_version, state = desired_state_for(conn, api, cfg, version)
         mode = "apply"
     if gitops_dir is not None:
         files = write_gitops(gitops_dir, state)

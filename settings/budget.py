@@ -14,8 +14,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from core.budget import BudgetConfig, Envelope, SettlementPolicy, Unlabeled
-from pipelines.settings.loading import default_settings_path, load_settings
-from pipelines.settings.models import BudgetSettings, EnvelopeDefaults, Settings
+from settings.loading import default_settings_path, load_settings
+from settings.models import BudgetSettings, EnvelopeDefaults, Settings
 
 
 def _envelope(d: EnvelopeDefaults) -> Envelope:
