@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 
 from assets.finops.resources import FinOpsResource
 from assets.finops.snapshots import k8s_pod_snapshots
-from connectors.kube import api_client
+from connectors.kube import ClusterTarget, api_client
 from connectors.warehouse import Warehouse, open_warehouse
 from pipelines.resources import SiteConfigResource, WarehouseResource
 from simulator.generator import generate
@@ -71,11 +71,7 @@ def env(warehouse: Warehouse, tmp_path_factory: pytest.TempPathFactory) -> Itera
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = warehouse.base_url.set(database=name).render_as_string(hide_password=False)
 
-    class Source:
-        def __init__(self) -> None:
-            self.kubeconfig, self.context, self.in_cluster, self.api_url = kubeconfig, None, False, None
-
-    api = api_client(Source())
+    api = api_client(ClusterTarget(kubeconfig=kubeconfig))
     try:
         yield {"wh": open_warehouse(url), "url": url, "site": site, "cluster": cluster, "api": api}
     finally:

@@ -17,13 +17,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from connectors.kube import api_client, list_nodes
+from connectors.kube import ClusterTarget, api_client, list_nodes
 from connectors.warehouse import open_warehouse
 from core.topology import TopologyModel, derive
 from pipelines.cli_publish import app, kueue_app
 from services.topology import write_snapshot
 from simulator.kube import start
-from tests.integration.test_kube_twin import Source
 from tests.unit.test_topology_support import observe, truth_with
 
 pytestmark = pytest.mark.integration
@@ -57,7 +56,7 @@ def _store(model: TopologyModel) -> int:
 
 
 def _blocks(kubeconfig: Path) -> dict[str, str | None]:
-    api = api_client(Source(kubeconfig=kubeconfig))
+    api = api_client(ClusterTarget(kubeconfig=kubeconfig))
     try:
         return {n.metadata.name: (n.metadata.labels or {}).get("fabric.gpufabric.io/block") for n in list_nodes(api)}
     finally:

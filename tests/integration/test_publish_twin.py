@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from connectors.kube import api_client, list_nodes
+from connectors.kube import ClusterTarget, api_client, list_nodes
 from connectors.kube.publish import BlastRadiusExceeded, Plan, execute, plan
 from core.publish import DesiredState, KueuePolicy, LabelScheme, TenantSpec, desired_state
 from core.topology import TopologyModel, derive
 from simulator.kube import start
-from tests.integration.test_kube_twin import Source
 from tests.unit.test_topology_support import observe, truth_with
 
 pytestmark = pytest.mark.integration
@@ -46,7 +45,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     truth = truth_with("h100-4su")
     model = derive(observe(truth, tmp_path_factory.mktemp("obs")))
     run = start(truth, tmp_path_factory.mktemp("kube-publish"))
-    api = api_client(Source(kubeconfig=Path(run.extra["kubeconfig"])))
+    api = api_client(ClusterTarget(kubeconfig=Path(run.extra["kubeconfig"])))
     try:
         yield Env(api, model)
     finally:
