@@ -5,7 +5,7 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test ui bench lint system-deps clean-data help
+.PHONY: demo test ui bench lint system-deps kube clean-data help
 
 help:
 	@echo "make demo   simulate a 4-SU H100 SuperPOD and run every asset on the embedded defaults"
@@ -13,6 +13,7 @@ help:
 	@echo "make ui     the Dagster UI on http://127.0.0.1:3000 against the same warehouse"
 	@echo "make bench  benchmarks, each printing its ratio against a peer measured in the same run"
 	@echo "make lint   ruff and mypy"
+	@echo "make kube   build (or reuse) the pinned Kubernetes control plane binaries"
 
 # The venv is rebuilt when the lock or the project metadata changes. --only-binary=:all: makes a
 # package that would build (and download) at install time fail fast instead.
@@ -27,11 +28,17 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 system-deps:
 	@bash scripts/system-deps.sh $(wildcard system-packages/*.txt)
 
+# The real Kubernetes control plane (etcd, kube-apiserver, controller-manager, scheduler, kubectl,
+# Kueue) built from the Go module proxy at the versions in simulator/controlplane/versions.env, into
+# ~/.cache/gpufabric/kube/<key>: about 35 min cold on 2 cores, a fraction of a second once cached.
+kube: $(STAMP)
+	$(BIN)/python -m simulator.controlplane build
+
 demo: $(STAMP)
 	$(BIN)/gpufabric demo
 
-test: $(STAMP) system-deps
-	$(BIN)/python -m pytest -q
+test: $(STAMP) system-deps kube
+	$(BIN)/python -m pytest -q --durations=25
 
 ui: $(STAMP)
 	$(BIN)/gpufabric ui

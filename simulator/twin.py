@@ -182,7 +182,8 @@ def forget(pids: Sequence[int], data_dir: Path | None = None) -> None:
         (directory / f"{pid}.json").unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -192,8 +193,10 @@ def _alive(pid: int) -> bool:
     return start_ticks(pid) is not None  # a zombie is not alive
 
 
-def stop_pids(pids: Sequence[int], grace_s: float = 5.0) -> int:
-    """SIGTERM each twin process, wait up to ``grace_s``, then SIGKILL; reaps our own children
+def stop_pids(pids: Sequence[int], grace_s: float = 2.0) -> int:
+    """SIGTERM each twin process, wait up to ``grace_s``, then SIGKILL (a twin keeps nothing a
+    hard stop could lose; its uvicorn servers otherwise wait on idle keep-alive and watch
+    connections, which cost the suite 5 s per twin set); reaps our own children
     and drops their registry records. Also what tests use to stop a twin they started directly."""
     stopped = 0
     for pid in pids:
@@ -202,24 +205,24 @@ def stop_pids(pids: Sequence[int], grace_s: float = 5.0) -> int:
             stopped += 1
     deadline = time.monotonic() + grace_s
     for pid in pids:
-        while _alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
+        while alive(pid) and time.monotonic() < deadline:
+            reap_child(pid)
             time.sleep(0.05)
-        if _alive(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             # SIGKILL is delivered when the process next runs: on a busy machine that is not yet
             # when kill() returns. Wait for it (bounded), so "stopped" means gone.
             kill_deadline = time.monotonic() + 5.0
-            while _alive(pid) and time.monotonic() < kill_deadline:
-                _reap(pid)
+            while alive(pid) and time.monotonic() < kill_deadline:
+                reap_child(pid)
                 time.sleep(0.02)
-        _reap(pid)
+        reap_child(pid)
     forget(pids)
     return stopped
 
 
-def _reap(pid: int) -> None:
+def reap_child(pid: int) -> None:
     """Collect a child that exited, if it was ours, so it does not linger as a zombie."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)

@@ -144,3 +144,27 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     yield get
     for root, _ in started.values():
         sim_down(root)
+
+
+@pytest.fixture(scope="session")
+def kube_binaries():  # type: ignore[no-untyped-def]
+    """The pinned Kubernetes and Kueue binaries (built once per machine, then from the cache;
+    `make test` builds them before pytest starts, with progress)."""
+    from simulator.controlplane import build
+
+    return build()
+
+
+@pytest.fixture(scope="session")
+def control_plane(kube_binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """One real control plane for the session: etcd, kube-apiserver, kube-controller-manager,
+    kube-scheduler and Kueue on loopback, and the node agent. Starts with no nodes: a test
+    registers the fake nodes it needs (``control_plane.register_nodes``) under names of its own."""
+    from simulator.controlplane import down, up
+
+    workdir = tmp_path_factory.mktemp("controlplane")
+    plane = up(workdir, binaries=kube_binaries)
+    try:
+        yield plane
+    finally:
+        down(workdir)

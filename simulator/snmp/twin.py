@@ -21,7 +21,6 @@ user fails when Python lives under /root); the ``-lite`` responder has no SNMPv3
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 import socket
@@ -34,7 +33,7 @@ from typing import Any
 from core.models import LinkKind
 from simulator.generator import GroundTruth
 from simulator.snmp.records import RecordBuilder, garbage_records, no_lldp_records, render
-from simulator.twin import TwinRun, spawn
+from simulator.twin import TwinRun, spawn, stop_pids
 
 V3_USER = "gpufabric"
 V3_AUTH_KEY = "twin-auth-key-0001"  # simulator credentials, not secrets: the twin is loopback-only
@@ -177,25 +176,9 @@ def launch(data_dir: Path, workdir: Path, options: SnmpTwinOptions, probe_commun
     raise SnmpTwinError(f"snmpsim did not answer within {options.ready_timeout_s:g}s: {_tail(log_path)}")
 
 
-def stop(pid: int, grace_s: float = 5.0) -> None:
+def stop(pid: int, grace_s: float = 2.0) -> None:
     """Stop a responder started by :func:`launch` (tests; `sim down` does this for the CLI)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, 15)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, 9)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+    stop_pids([pid], grace_s)
 
 
 def _tail(path: Path, lines: int = 15) -> str:

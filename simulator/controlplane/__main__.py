@@ -1,0 +1,5 @@
+import sys
+
+from simulator.controlplane.cli import main
+
+sys.exit(main())
