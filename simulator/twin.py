@@ -122,7 +122,8 @@ class Registered:
     pid: int
     name: str
     alive: bool
-    owner_alive: bool | None  # None: no owner (a `sim up` twin, kept until `sim down`)
+    owner_pid: int | None  # the test session that started it; None: a `sim up` twin, kept until `sim down`
+    owner_alive: bool | None
 
 
 def registered(data_dir: Path | None = None) -> list[Registered]:
@@ -136,12 +137,12 @@ def registered(data_dir: Path | None = None) -> list[Registered]:
             rec = json.loads(path.read_text())
             pid = int(rec["pid"])
         except (OSError, ValueError, KeyError, TypeError):
-            out.append(Registered(path, -1, "?", False, None))
+            out.append(Registered(path, -1, "?", False, None, None))
             continue
-        owner = rec.get("owner_pid")
-        owner_alive = None if owner is None else _same_process(int(owner), rec.get("owner_start_ticks"))
+        owner = None if rec.get("owner_pid") is None else int(rec["owner_pid"])
+        owner_alive = None if owner is None else _same_process(owner, rec.get("owner_start_ticks"))
         out.append(Registered(path, pid, str(rec.get("name", "?")), _same_process(pid, rec.get("start_ticks")),
-                              owner_alive))  # fmt: skip
+                              owner, owner_alive))  # fmt: skip
     return out
 
 
@@ -157,7 +158,7 @@ def reap(data_dir: Path | None = None, *, only_orphaned: bool = True, owner_pid:
             rec.path.unlink(missing_ok=True)
             continue
         if owner_pid is not None:
-            if not _owned_by(rec, owner_pid):
+            if rec.owner_pid != owner_pid:
                 continue
         elif only_orphaned and rec.owner_alive is not False:
             continue
@@ -166,13 +167,6 @@ def reap(data_dir: Path | None = None, *, only_orphaned: bool = True, owner_pid:
     for rec in victims:
         rec.path.unlink(missing_ok=True)
     return stopped
-
-
-def _owned_by(rec: Registered, owner_pid: int) -> bool:
-    try:
-        return int(json.loads(rec.path.read_text()).get("owner_pid") or -1) == owner_pid
-    except (OSError, ValueError):
-        return False
 
 
 def forget(pids: Sequence[int], data_dir: Path | None = None) -> None:

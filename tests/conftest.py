@@ -55,7 +55,8 @@ def _session_is_alive(directory: Path) -> bool:
 
     try:
         owner = json.loads((directory / OWNER_FILE).read_text())
-        return start_ticks(int(owner["pid"])) == owner["start_ticks"] is not None
+        recorded = owner["start_ticks"]
+        return recorded is not None and start_ticks(int(owner["pid"])) == recorded
     except (OSError, ValueError, KeyError, TypeError):
         return False
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from simulator.twin import alive
+
 ROOT = Path(__file__).resolve().parents[2]
 GPUFABRIC = [sys.executable, "-m", "pipelines.cli"]
 
@@ -137,12 +139,6 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _live(pid: int) -> bool:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2] != "Z"
 
 
 def test_ui_serves_the_assets_and_the_run_history(warehouse, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -193,7 +189,7 @@ def test_ui_serves_the_assets_and_the_run_history(warehouse, tmp_path: Path) -> 
         assert code == 0, log.read_text()
         # SIGTERM reached dagster dev as the Ctrl-C it handles: its own shutdown began.
         assert "Shutting down Dagster services" in log.read_text()
-        assert not [pid for pid in children if _live(pid)], "a child of gpufabric ui outlived it"
+        assert not [pid for pid in children if alive(pid)], "a child of gpufabric ui outlived it"
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0
     finally:

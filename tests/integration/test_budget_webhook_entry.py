@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from controllers.tls import self_signed_cert
+from simulator.twin import alive
 from tests.integration.test_budget_webhook import pod, post, review
 
 pytestmark = pytest.mark.integration
@@ -126,17 +127,11 @@ def test_sigterm_stops_every_worker_cleanly(webhook: tuple[str, Path, Any]) -> N
     assert proc.returncode == 0, output[-3000:]
     assert "Traceback" not in output
     deadline = time.monotonic() + 20  # hang guard: uvicorn's workers and resource tracker follow it out
-    while [w for w in workers if _alive(w)]:
+    while [w for w in workers if alive(w)]:
         assert time.monotonic() < deadline, "a budget-webhook worker outlived it by 20 s"
         time.sleep(0.1)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_a_bad_site_file_is_one_clear_error(warehouse: Any, tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from simulator.twin import alive
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # The supervised child: reports how it found SIGINT, starts a grandchild in its group, and on
@@ -60,12 +62,6 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] != "Z"
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], what: str) -> None:
@@ -99,7 +95,7 @@ def test_supervised_child_and_grandchild_stop_on_our_signal(tmp_path: Path, sign
         assert proc.wait(timeout=60) == 0
         # Stopped by the Ctrl-C it handles (graceful), not by the SIGKILL escalation.
         assert (tmp_path / "stopped_by_sigint").exists()
-        assert not _alive(grandchild)
+        assert not alive(grandchild)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -115,7 +111,7 @@ def test_a_child_that_ignores_every_stop_signal_is_killed(tmp_path: Path) -> Non
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
         assert not (tmp_path / "stopped_by_sigint").exists()  # it never stopped by itself
-        assert not _alive(grandchild)
+        assert not alive(grandchild)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -125,7 +121,7 @@ def test_what_a_child_leaves_behind_in_its_group_is_stopped(tmp_path: Path) -> N
     proc = _start(tmp_path, "exit_early")
     assert proc.wait(timeout=60) == 3  # the child's own exit code comes through
     grandchild = int((tmp_path / "grandchild.pid").read_text())
-    assert not _alive(grandchild)
+    assert not alive(grandchild)
 
 
 def test_stop_handlers_turn_sigterm_into_keyboardinterrupt_even_when_sigint_was_ignored(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from simulator.twin import alive
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tests" / "probes" / "probe_session.py"
 
@@ -36,12 +38,6 @@ def _answers(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2] != "Z"
 
 
 def test_a_killed_session_leaves_nothing_the_next_one_sees(tmp_path: Path) -> None:
@@ -57,7 +53,7 @@ def test_a_killed_session_leaves_nothing_the_next_one_sees(tmp_path: Path) -> No
     os.killpg(killed.pid, signal.SIGKILL)
     killed.wait()
     # What a killed run leaves: its server still answering, its twin still running.
-    assert _answers(left["pg_port"]) and _alive(left["twin_pid"]) and Path(left["data_dir"]).is_dir()
+    assert _answers(left["pg_port"]) and alive(left["twin_pid"]) and Path(left["data_dir"]).is_dir()
 
     next_report = tmp_path / "next.json"
     nxt = _pytest("check", next_report)
@@ -67,9 +63,9 @@ def test_a_killed_session_leaves_nothing_the_next_one_sees(tmp_path: Path) -> No
     assert seen["markers_before"] == 0  # a warehouse of its own: no row of the killed run
     assert seen["data_dir"] != left["data_dir"]
     # The next session cleaned up after the killed one, and after itself.
-    assert not _alive(left["twin_pid"])
+    assert not alive(left["twin_pid"])
     assert not Path(left["data_dir"]).exists()
-    assert not _alive(seen["twin_pid"])
+    assert not alive(seen["twin_pid"])
     assert not Path(seen["data_dir"]).exists()
     assert not _answers(left["pg_port"])  # the killed run's server was stopped
 
@@ -99,17 +95,17 @@ def test_twins_are_recorded_and_found_by_sim_down_whoever_started_them(tmp_path:
         assert {r.pid for r in registered(tmp_path) if r.alive} == {orphan, owned, kept}
         # A new session reaps only what a dead owner left.
         assert reap(tmp_path) == 1
-        assert not _alive(orphan) and _alive(owned) and _alive(kept)
+        assert not alive(orphan) and alive(owned) and alive(kept)
         down = subprocess.run([sys.executable, "-m", "pipelines.cli", "sim", "down"], cwd=ROOT, text=True,
                               capture_output=True, timeout=120,
                               env={**os.environ, "GPUFABRIC_DATA_DIR": str(tmp_path)})  # fmt: skip
         assert down.returncode == 0, down.stderr
         assert "stopped 2 twin process(es)" in down.stdout
-        assert not _alive(owned) and not _alive(kept)
+        assert not alive(owned) and not alive(kept)
         assert registered(tmp_path) == []
     finally:
         for pid in (orphan, owned, kept):
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
@@ -124,7 +120,7 @@ def test_a_recycled_pid_is_never_signalled(tmp_path: Path) -> None:
     try:
         assert [r.alive for r in registered(tmp_path)] == [False]
         assert reap(tmp_path, only_orphaned=False) == 0
-        assert _alive(pid)  # not ours any more: left alone, and its stale record dropped
+        assert alive(pid)  # not ours any more: left alone, and its stale record dropped
         assert registered(tmp_path) == []
     finally:
         os.kill(pid, signal.SIGKILL)
