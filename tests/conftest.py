@@ -44,8 +44,8 @@ def _discard_data_dir(directory: Path) -> None:
     from simulator import twin
     from simulator.up import sim_down
 
+    sim_down(directory / "sim")  # first: a demo's control plane gets its ordered stop
     twin.reap(directory, only_orphaned=False)
-    sim_down(directory / "sim")
     stop_server(directory / "postgres")
     shutil.rmtree(directory, ignore_errors=True)
 
@@ -129,6 +129,9 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     Twins start once per spec per session (they are slow to start and cheap to share) and are
     stopped at the end of the session. Tests must not change a twin's state without restoring it.
+    No Kubernetes here: the site file has no ``sources.kubernetes`` (nor the GFD ``nvlink``
+    source); a control plane per spec would cost seconds each, and Kubernetes tests share the
+    session's one (``kube_cluster``), registering ``nodes_from_spec(...)`` themselves.
     """
     from simulator.spec import load_spec
     from simulator.specs import resolve_spec_path
@@ -139,12 +142,12 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     def get(spec_name: str) -> SimUp:
         if spec_name not in started:
             root = tmp_path_factory.mktemp(f"sim-{spec_name}")
-            started[spec_name] = (root, sim_up(load_spec(resolve_spec_path(spec_name)), root))
+            started[spec_name] = (root, sim_up(load_spec(resolve_spec_path(spec_name)), root, kubernetes=False))
         return started[spec_name][1]
 
     yield get
     for root, _ in started.values():
-        sim_down(root)
+        sim_down(root, plane=False)
 
 
 @pytest.fixture(scope="session")
@@ -169,3 +172,48 @@ def control_plane(kube_binaries, tmp_path_factory: pytest.TempPathFactory) -> It
         yield plane
     finally:
         down(workdir)
+
+
+@pytest.fixture
+def kube_cluster(control_plane):  # type: ignore[no-untyped-def]
+    """The session's control plane, emptied of what earlier tests left at cluster scope (Nodes,
+    Kueue's cluster objects, webhook configurations other than Kueue's; old test namespaces are
+    being deleted). Register the nodes the test needs; use ``kube_namespace`` for namespaced work."""
+    from simulator.controlplane.reset import reset
+
+    reset(control_plane)
+    return control_plane
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster) -> str:  # type: ignore[no-untyped-def]
+    """A namespace of this test's own on the emptied plane, with its default ServiceAccount
+    (pods cannot be created before it exists: the ServiceAccount admission plugin is on)."""
+    from simulator.controlplane import wait_for_default_service_account
+    from simulator.controlplane.reset import unique_namespace
+
+    name = unique_namespace(kube_cluster)
+    wait_for_default_service_account(kube_cluster, name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def fault_proxy(control_plane) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """A fault-injecting proxy in front of the session's API server (``simulator.kube.proxy``):
+    what only a fake can do (5xx, 409, slow answers, dropped watches). Point a client at
+    ``fault_proxy.kubeconfig``; faults are cleared before each use by ``faults``."""
+    from simulator.kube.proxy import start_proxy
+
+    proxy = start_proxy(control_plane)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def faults(fault_proxy) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """The session's fault proxy with no faults set, cleared again after the test."""
+    fault_proxy.clear_faults()
+    yield fault_proxy
+    fault_proxy.clear_faults()
