@@ -72,3 +72,63 @@ def ingest_ibnetdiscover(
         err.print(f"[yellow]{fabric.problem}[/yellow]")
     if fabric.status in (CollectionStatus.NO_DATA, CollectionStatus.INVALID):
         raise typer.Exit(1)
+
+
+@app.command("lldp")
+def ingest_lldp(
+    file: Annotated[Path, typer.Argument(help="a saved LLDP capture (see --format)")],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="eos-json, nxos-json, junos-json, junos-xml, iosxr-xml, cumulus-json, lldpctl-json, "
+            "snmprec (snmpsim) or snmpwalk (`snmpwalk -On` text)",
+        ),
+    ],
+    host: Annotated[str | None, typer.Option(help="the device's name in the warehouse (default: file stem)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the landed neighbours as a JSON list")] = False,
+    run_id: Annotated[str | None, typer.Option(help="run id (default: ingest-<time>-<random>)")] = None,
+) -> None:
+    """Parse a saved LLDP capture with the live collectors' parsers and land it in
+    raw.lldp_neighbor_observations like a poll of that device (quarantine and status included)."""
+    import json
+
+    from connectors.lldp_capture import CaptureFormatError, check_format
+    from connectors.warehouse import WarehouseError, open_warehouse
+    from core.quality import CollectionStatus
+    from services.lldp_ingest import ingest_capture, neighbour_json
+
+    try:
+        check_format(fmt)
+    except CaptureFormatError as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        raise typer.Exit(2) from None
+    try:
+        data = file.read_bytes()
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot read {file}: {exc.strerror or exc}", highlight=False)
+        raise typer.Exit(1) from None
+    device = host or file.stem
+    rid = run_id or f"ingest-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    try:
+        wh = open_warehouse()
+        with wh.connect() as conn:
+            done = ingest_capture(conn, data, fmt, device, rid)
+    except WarehouseError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    c = done.capture
+    if as_json:
+        print(json.dumps(neighbour_json(c), indent=1))
+    else:
+        table = Table(title=f"{file} ({fmt}) -> {device}, run {rid}")
+        for col in ("collector", "neighbours", "quarantined", "status"):
+            table.add_column(col)
+        table.add_row(c.collector, str(done.landed), str(done.quarantined), str(c.status))
+        out.print(table)
+    for q in c.quarantined[:10]:
+        err.print(f"quarantined ({q.location}): {q.reason}", markup=False, highlight=False)
+    if len(c.quarantined) > 10:
+        err.print(f"... and {len(c.quarantined) - 10} more in ops.quarantine (run {rid})", markup=False)
+    if c.status is CollectionStatus.INVALID:
+        raise typer.Exit(1)

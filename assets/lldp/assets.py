@@ -8,7 +8,7 @@ No ``from __future__ import annotations`` here: Dagster reads the context annota
 """
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,73 +16,25 @@ import dagster as dg
 import psycopg
 
 from assets.lldp.resources import SnmpCollectorResource
-from connectors.snmp import SOURCE, CollectionStats, LldpCollection, SnmpTarget, collect
-from connectors.warehouse import Warehouse, land_collection, replace_rows
-from core.lldp import LldpNeighbor
+from connectors.snmp import CollectionStats, LldpCollection, SnmpTarget, collect
+from connectors.warehouse import Warehouse
 from core.quality import CollectionStatus, LandingTally
+from services.lldp_rows import (  # the row writers every LLDP path shares (re-exported for callers)
+    INTERFACE_COLUMNS,
+    OBSERVATION_COLUMNS,
+    SYSTEM_COLUMNS,
+    interface_rows,
+    observation_row,
+    system_rows,
+)
+from services.lldp_rows import land_snmp as land_device
+from services.lldp_rows import snmp_observation_rows as observation_rows
 from settings import SecretError, Settings, Switch
 
-OBSERVATION_COLUMNS = (
-    "run_id",
-    "source",
-    "collected_at",
-    "collector",
-    "mib",
-    "local_chassis_id",
-    "local_sys_name",
-    "platform",
-    "local_port_num",
-    "rem_index",
-    "time_mark",
-    "local_if_index",
-    "local_port",
-    "local_port_vendor",
-    "chassis_id_subtype",
-    "chassis_id_raw",
-    "chassis_id",
-    "port_id_subtype",
-    "port_id_raw",
-    "port_id",
-    "port_desc",
-    "sys_name",
-    "sys_name_raw",
-    "sys_desc",
-    "remote_port",
-    "remote_platform",
-    "man_addrs",
-)
-INTERFACE_COLUMNS = (
-    "run_id",
-    "source",
-    "collected_at",
-    "if_index",
-    "name",
-    "if_name",
-    "if_descr",
-    "if_alias",
-    "if_high_speed_mbps",
-    "mac",
-    "base_port",
-)
-SYSTEM_COLUMNS = (
-    "run_id",
-    "source",
-    "collected_at",
-    "address",
-    "sys_name",
-    "sys_name_raw",
-    "sys_descr",
-    "sys_object_id",
-    "platform",
-    "platform_source",
-    "mib",
-    "chassis_id_subtype",
-    "chassis_id_raw",
-    "chassis_id",
-    "lldp_sys_name",
-    "requests",
-    "varbinds",
-)
+__all__ = [
+    "INTERFACE_COLUMNS", "OBSERVATION_COLUMNS", "SYSTEM_COLUMNS", "interface_rows", "land_device",
+    "observation_row", "observation_rows", "system_rows",
+]  # fmt: skip
 
 
 def snmp_target(switch: Switch) -> SnmpTarget:
@@ -120,105 +72,6 @@ def targets_from(switches: Sequence[Switch]) -> tuple[list[SnmpTarget], list[Lld
         except SecretError as err:
             failed.append(LldpCollection(switch.name, None, [], [], [], CollectionStatus.ERROR, str(err)))
     return targets, failed
-
-
-def observation_row(
-    run_id: str,
-    device: str,
-    collected_at: datetime,
-    collector: str,
-    local: tuple[str | None, str | None, str | None],
-    n: LldpNeighbor,
-) -> tuple[Any, ...]:
-    """One row of raw.lldp_neighbor_observations in OBSERVATION_COLUMNS order; shared by every
-    LLDP collector (SNMP here, CLI and lldpctl in assets/lldp_cli). ``local`` is the polled
-    device's own (chassis id, sys name, platform), where the collector knows them."""
-    return (
-        run_id, device, collected_at, collector, n.mib, *local,
-        n.local_port_num, n.rem_index, n.time_mark, n.local_if_index, n.local_port, n.local_port_vendor,
-        n.chassis_id_subtype, n.chassis_id_raw, n.chassis_id, n.port_id_subtype, n.port_id_raw, n.port_id,
-        n.port_desc, n.sys_name, n.sys_name_raw, n.sys_desc, n.remote_port, n.remote_platform, list(n.man_addrs),
-    )  # fmt: skip
-
-
-def observation_rows(run_id: str, collected_at: datetime, c: LldpCollection) -> Iterator[tuple[Any, ...]]:
-    system = c.system
-    local = (
-        system.chassis_id if system else None,
-        system.lldp_sys_name or system.sys_name if system else None,
-        system.platform if system else None,
-    )
-    for n in c.neighbors:
-        yield observation_row(run_id, c.device, collected_at, SOURCE, local, n)
-
-
-def interface_rows(run_id: str, collected_at: datetime, c: LldpCollection) -> Iterator[tuple[Any, ...]]:
-    for i in c.interfaces:
-        yield (
-            run_id,
-            c.device,
-            collected_at,
-            i.if_index,
-            i.name,
-            i.if_name,
-            i.if_descr,
-            i.if_alias,
-            i.if_high_speed_mbps,
-            i.mac,
-            i.base_port,
-        )
-
-
-def system_rows(run_id: str, collected_at: datetime, address: str, c: LldpCollection) -> list[tuple[Any, ...]]:
-    s = c.system
-    if s is None:
-        return []
-    return [
-        (
-            run_id,
-            c.device,
-            collected_at,
-            address,
-            s.sys_name,
-            s.sys_name_raw,
-            s.sys_descr,
-            s.sys_object_id,
-            s.platform,
-            s.platform_source,
-            s.mib,
-            s.chassis_id_subtype,
-            s.chassis_id_raw,
-            s.chassis_id,
-            s.lldp_sys_name,
-            c.requests,
-            c.varbinds,
-        )
-    ]
-
-
-def land_device(
-    conn: psycopg.Connection, run_id: str, c: LldpCollection, address: str, started_at: datetime
-) -> tuple[int, int]:
-    """One switch's poll in one transaction: raw rows of all three tables, quarantine, status."""
-    collected_at = datetime.now(UTC)
-    key = {"run_id": run_id, "source": c.device}
-    with conn.transaction():
-        replace_rows(conn, "raw.snmp_interfaces", key, INTERFACE_COLUMNS, interface_rows(run_id, collected_at, c))
-        replace_rows(conn, "raw.snmp_systems", key, SYSTEM_COLUMNS, system_rows(run_id, collected_at, address, c))
-        return land_collection(
-            conn,
-            run_id=run_id,
-            source=SOURCE,
-            device=c.device,
-            table="raw.lldp_neighbor_observations",
-            columns=OBSERVATION_COLUMNS,
-            rows=observation_rows(run_id, collected_at, c),
-            quarantined=c.quarantined,
-            status=c.status,
-            started_at=started_at,
-            detail=c.detail,
-            key={"collector": SOURCE},  # CLI/lldpctl rows of the same switch and run share the table
-        )
 
 
 def collect_and_land(

@@ -12,7 +12,7 @@ No ``from __future__ import annotations`` here: Dagster reads the context annota
 import itertools
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,17 +20,18 @@ from typing import Any
 import dagster as dg
 import psycopg
 
-from assets.lldp.assets import OBSERVATION_COLUMNS, observation_row
 from connectors.lldpctl import HostFilter, parse_lldpctl
 from connectors.ssh import CliCollection, SshOptions, SshTarget, collect
 from connectors.ssh.collector import status_of
 from connectors.ssh.parsers import CliParse, check_output
-from connectors.warehouse import Warehouse, land_collection
-from core.lldp import LldpNeighbor
+from connectors.warehouse import Warehouse
 from core.quality import CollectionStatus, LandingTally, Quarantined
+from services.lldp_rows import TABLE
+from services.lldp_rows import cli_observation_rows as observation_rows
+from services.lldp_rows import land_cli as land
 from settings import SecretError, Settings, Switch
 
-TABLE = "raw.lldp_neighbor_observations"
+__all__ = ["TABLE", "land", "observation_rows"]  # the shared writers, under the names callers use
 
 
 def ssh_target(switch: Switch, timeout_s: float) -> SshTarget:
@@ -61,44 +62,6 @@ def targets_from(switches: Sequence[Switch], timeout_s: float = 20.0) -> tuple[l
         except SecretError as err:
             failed.append(CliCollection(switch.name, switch.platform, "", [], [], CollectionStatus.ERROR, str(err)))
     return targets, failed
-
-
-def observation_rows(
-    run_id: str, collected_at: datetime, device: str, platform: str, collector: str, neighbors: Sequence[LldpNeighbor]
-) -> Iterator[tuple[Any, ...]]:
-    # CLI output does not give the polled switch's own chassis id or name; the platform is known.
-    for n in neighbors:
-        yield observation_row(run_id, device, collected_at, collector, (None, None, platform), n)
-
-
-def land(
-    conn: psycopg.Connection,
-    *,
-    run_id: str,
-    collector: str,
-    device: str,
-    platform: str,
-    neighbors: Sequence[LldpNeighbor],
-    quarantined: Sequence[Quarantined],
-    status: CollectionStatus,
-    started_at: datetime,
-    detail: str | None,
-) -> tuple[int, int]:
-    """One device atomically: raw rows (replacing this run's rows of this collector), quarantine, status."""
-    return land_collection(
-        conn,
-        run_id=run_id,
-        source=collector,
-        device=device,
-        table=TABLE,
-        columns=OBSERVATION_COLUMNS,
-        rows=observation_rows(run_id, datetime.now(UTC), device, platform, collector, neighbors),
-        quarantined=quarantined,
-        status=status,
-        started_at=started_at,
-        detail=detail,
-        key={"collector": collector},  # SNMP rows of the same switch and run share the table
-    )
 
 
 def collect_and_land(

@@ -118,7 +118,40 @@ def _single_key(obj: Any, what: str) -> tuple[str, dict[str, Any]]:
     return str(key), value
 
 
+def _json0_value(items: Any) -> Any:
+    """One json0 leaf list (``[{"value": x}]`` or ``[{"type": t, "value": x}]``) in json's form."""
+    if not isinstance(items, list):
+        return items
+    values = [i["value"] if isinstance(i, dict) and set(i) == {"value"} else i for i in items]
+    return values[0] if len(values) == 1 else values
+
+
+def _from_json0(doc: dict[str, Any]) -> dict[str, Any]:
+    """lldpd's ``-f json0`` layout (every value a list, interfaces as ``{"name": ...}`` objects; what
+    Cumulus ``net show lldp json`` prints) rewritten into ``-f json``'s, so one reader serves both."""
+    lldp = doc["lldp"]
+    if len(lldp) != 1 or not isinstance(lldp[0], dict):
+        raise ValueError("lldpctl json0: 'lldp' must be a list of one object")
+    interfaces = []
+    for iface in lldp[0].get("interface", []):
+        if not isinstance(iface, dict) or not isinstance(iface.get("name"), str):
+            raise ValueError("lldpctl json0: interface without a name")
+        entry: dict[str, Any] = {k: _json0_value(v) for k, v in iface.items() if k not in ("name", "chassis", "port")}
+        for part in ("chassis", "port"):
+            blocks = iface.get(part)
+            if not isinstance(blocks, list) or len(blocks) != 1 or not isinstance(blocks[0], dict):
+                continue  # neighbor_from says which is missing
+            entry[part] = {k: _json0_value(v) for k, v in blocks[0].items()}
+        chassis = entry.get("chassis")
+        if isinstance(chassis, dict) and isinstance(chassis.get("name"), str):
+            entry["chassis"] = {chassis.pop("name"): chassis}
+        interfaces.append({iface["name"]: entry})
+    return {"lldp": {"interface": interfaces}}
+
+
 def _interfaces(doc: Any) -> list[tuple[str, dict[str, Any]]]:
+    if isinstance(doc, dict) and isinstance(doc.get("lldp"), list):
+        doc = _from_json0(doc)
     if not isinstance(doc, dict) or not isinstance(doc.get("lldp"), dict):
         raise ValueError("not lldpctl JSON: no top-level 'lldp' object")
     raw = doc["lldp"].get("interface")

@@ -12,6 +12,7 @@ mark is ignored (it changes whenever the agent refreshes the row).
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,7 @@ from core.lldp import (
     render_port_id,
     text_of,
 )
-from core.lldp.models import PortIdSubtype
+from core.lldp.models import ChassisIdSubtype, PortIdSubtype
 from core.quality import CollectionStatus, Quarantined
 
 SOURCE = "snmp"
@@ -208,9 +209,7 @@ def _system(walk: DeviceWalk, mib: str | None, rejects: _Rejects) -> tuple[LldpS
     return system, quirks
 
 
-def _local_ports(
-    walk: DeviceWalk, mib: str, quirks: PlatformQuirks, rejects: _Rejects
-) -> dict[int, str]:
+def _local_ports(walk: DeviceWalk, mib: str, quirks: PlatformQuirks, rejects: _Rejects) -> dict[int, str]:
     """lldpLocPortNum -> interface name as the LLDP agent states it (quirk-corrected column)."""
     name = "lldpLocalSystemData" if mib == "lldp" else "lldpV2LocalSystemData"
     base = WALK_BASES[name]
@@ -369,31 +368,34 @@ def _neighbors(
         cols = rows[key]
         values = [cols.get(c) for c in cols_wanted]
         label = f"{name} row (local port {port}, remote index {rem})"
-        missing = [f"lldpRem{n}" for n, c in zip(_COLUMN_NAMES[:4], values[:4], strict=True) if c is None]
-        if missing:
-            payload = "; ".join(f"{dotted(base + s)} = {describe(v)}" for s, v in cols.values())
-            rejects.add(f"incomplete row: missing {', '.join(missing)}", label, payload or "(no columns)")
-            continue
-        (_cs_s, cs_v), (_ci_s, ci_v), (_ps_s, ps_v), (_pi_s, pi_v) = values[:4]  # type: ignore[misc]
+        # A row whose chassis or port id column the agent left out still says a neighbour is
+        # there (LibreNMS-style partial walks, agents that skip empty TLVs): it lands with that id
+        # None. Only a present id that cannot be read quarantines the row.
+        cs_v, ci_v, ps_v, pi_v = (entry[1] if entry is not None else None for entry in values[:4])
         problems: list[str] = []
-        if cs_v[0] != "int":
-            problems.append(_wrong_type("lldpRemChassisIdSubtype", "INTEGER", cs_v))
-        if ci_v[0] != "octets":
-            problems.append(_wrong_type("lldpRemChassisId", "OCTET STRING", ci_v))
-        if ps_v[0] != "int":
-            problems.append(_wrong_type("lldpRemPortIdSubtype", "INTEGER", ps_v))
-        if pi_v[0] != "octets":
-            problems.append(_wrong_type("lldpRemPortId", "OCTET STRING", pi_v))
-        chassis = port_id = ""
-        if not problems:
-            try:
-                chassis = render_chassis_id(int(cs_v[1]), ci_v[1])
-            except IdError as err:
-                problems.append(f"lldpRemChassisId: {err}")
-            try:
-                port_id = render_port_id(int(ps_v[1]), pi_v[1])
-            except IdError as err:
-                problems.append(f"lldpRemPortId: {err}")
+        for column, v, tag in (("ChassisIdSubtype", cs_v, "int"), ("ChassisId", ci_v, "octets"),
+                               ("PortIdSubtype", ps_v, "int"), ("PortId", pi_v, "octets")):  # fmt: skip
+            if v is not None and v[0] != tag:
+                problems.append(_wrong_type(f"lldpRem{column}", "INTEGER" if tag == "int" else "OCTET STRING", v))
+        chassis = port_id = None
+        c_sub = int(cs_v[1]) if cs_v is not None and cs_v[0] == "int" else None
+        p_sub = int(ps_v[1]) if ps_v is not None and ps_v[0] == "int" else None
+        if not problems and ci_v is not None:
+            if c_sub is None:
+                problems.append("lldpRemChassisId without lldpRemChassisIdSubtype: its bytes cannot be read")
+            else:
+                try:
+                    chassis = render_chassis_id(c_sub, _mac_text(c_sub, ChassisIdSubtype.MAC_ADDRESS, ci_v[1]))
+                except IdError as err:
+                    problems.append(f"lldpRemChassisId: {err}")
+        if not problems and pi_v is not None:
+            if p_sub is None:
+                problems.append("lldpRemPortId without lldpRemPortIdSubtype: its bytes cannot be read")
+            else:
+                try:
+                    port_id = render_port_id(p_sub, _mac_text(p_sub, PortIdSubtype.MAC_ADDRESS, pi_v[1]))
+                except IdError as err:
+                    problems.append(f"lldpRemPortId: {err}")
         if problems:
             payload = "; ".join(f"{dotted(base + s)} = {describe(v)}" for s, v in cols.values())
             rejects.add("; ".join(problems), label, payload, local_port_num=port, rem_index=rem)
@@ -416,13 +418,7 @@ def _neighbors(
             else:
                 optional.append(_text(value[1]))
         port_desc, sys_name, sys_desc = optional
-        if_index = _local_if_index(port, mib, quirks, by_index, base_ports)
-        vendor = local_ports.get(port) if mib == "lldp" else None
-        if vendor is None and if_index is not None and if_index in by_index:
-            iface = by_index[if_index]
-            vendor = iface.if_name or (iface.if_descr if quirks.if_descr_is_name else None)
-        if vendor is None and mib == "lldp-v2":
-            vendor = local_ports.get(port)
+        if_index, vendor = _local_port(port, mib, quirks, by_index, base_ports, local_ports)
         remote_platform, _ = detect_platform(None, sys_desc)
         out.append(
             LldpNeighbor(
@@ -433,22 +429,69 @@ def _neighbors(
                 local_if_index=if_index,
                 local_port=normalise_interface(vendor) if vendor else None,
                 local_port_vendor=vendor,
-                chassis_id_subtype=int(cs_v[1]),
-                chassis_id_raw=bytes(ci_v[1]),
+                chassis_id_subtype=c_sub,
+                chassis_id_raw=bytes(ci_v[1]) if ci_v is not None else None,
                 chassis_id=chassis,
-                port_id_subtype=int(ps_v[1]),
-                port_id_raw=bytes(pi_v[1]),
+                port_id_subtype=p_sub,
+                port_id_raw=bytes(pi_v[1]) if pi_v is not None else None,
                 port_id=port_id,
                 port_desc=port_desc,
                 sys_name=sys_name,
                 sys_name_raw=sys_name_raw,
                 sys_desc=sys_desc,
-                remote_port=remote_port_name(int(ps_v[1]), port_id, port_desc, remote_platform),
+                remote_port=remote_port_name(p_sub, port_id, port_desc, remote_platform)
+                if p_sub is not None and port_id is not None
+                else None,
                 remote_platform=remote_platform,
                 man_addrs=tuple(addrs.get(key, ())),
             )
         )
     return out
+
+
+_MAC_TEXT = re.compile(r"^[0-9A-Fa-f]{2}([:\- ]?)(?:[0-9A-Fa-f]{2}\1){4}[0-9A-Fa-f]{2}$")
+
+
+def _mac_text(subtype: int, mac_subtype: int, raw: bytes) -> bytes:
+    """The 6 bytes of a MAC id some agents serve as text (``e4 f0 04 fb 1f fb``, ``00:00:..``: 17
+    octets); any other value unchanged. The raw column keeps the bytes as served."""
+    if subtype != mac_subtype or len(raw) == 6:
+        return raw
+    text, ok = text_of(raw)
+    if ok and _MAC_TEXT.match(text):
+        return bytes.fromhex(re.sub(r"[:\- ]", "", text))
+    return raw
+
+
+def _local_port(
+    port: int,
+    mib: str,
+    quirks: PlatformQuirks,
+    by_index: dict[int, Interface],
+    base_ports: dict[int, int],
+    local_ports: dict[int, str],
+) -> tuple[int | None, str | None]:
+    """(ifIndex, name as the switch spells it) of the local port a remote row hangs off.
+
+    lldpRemLocalPortNum is an lldpLocPortNum, which 802.1AB does not tie to ifIndex: where the
+    lldpLocPortId of that number names an interface of IF-MIB (OS10: port 612 is ifIndex 37), that
+    interface it is. Otherwise the number is taken as an ifIndex (or a bridge port, per platform),
+    and with no IF-MIB match at all the lldpLocPortId text itself is the name. LLDP-V2-MIB indexes
+    remote rows by ifIndex by definition (lldpV2RemLocalIfIndex).
+    """
+    stated = local_ports.get(port)
+    if mib == "lldp" and stated:
+        named = [i for i in by_index.values() if stated in (i.if_name, i.if_descr)]
+        if len(named) == 1:
+            iface = named[0]
+            return iface.if_index, iface.if_name or iface.if_descr
+    if_index = _local_if_index(port, mib, quirks, by_index, base_ports)
+    if if_index is not None and if_index in by_index:
+        iface = by_index[if_index]
+        name = iface.if_name or (iface.if_descr if quirks.if_descr_is_name else None)
+        if name:
+            return if_index, name
+    return if_index, stated
 
 
 def _local_if_index(

@@ -10,15 +10,19 @@ single neighbour whose ids do not hold together is quarantined alone and the res
 
 from __future__ import annotations
 
+import html
+import ipaddress
 import json
 import re
+import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from connectors.lldpctl.parser import KEEP_ALL, parse_lldpctl
-from connectors.ssh.platforms import CommandSpec
+from connectors.ssh.platforms import CLI_QUIRKS, NO_QUIRKS, CliQuirks, CommandSpec
 from core.lldp import (
     IdError,
     LldpNeighbor,
@@ -108,16 +112,24 @@ def _blank(value: Any) -> str | None:
     return text or None
 
 
-def _subtype(words: dict[str, int], text: str | None) -> int | None:
-    if not text:
-        return None
-    key = re.sub(r"\s*\(\d+\)\s*$", "", text.strip().lower())
-    return words.get(key) or words.get(text.strip().lower())
+_DOTTED_MAC = re.compile(r"^([0-9a-fA-F]{1,4})\.([0-9a-fA-F]{1,4})\.([0-9a-fA-F]{1,4})$")
+
+
+def cli_mac(value: str) -> bytes:
+    """A MAC as a CLI prints it. Cisco-style dotted MACs are three 16-bit numbers, so a group
+    printed without its leading zeros (EOS: ``00c.297b.d2a8``) is still one MAC (``000c.297b.d2a8``)."""
+    try:
+        return parse_mac(value)
+    except IdError:
+        dotted = _DOTTED_MAC.match(value.strip())
+        if dotted is None:
+            raise
+        return bytes.fromhex("".join(g.zfill(4) for g in dotted.groups()))
 
 
 def _guess_chassis(value: str) -> int:
     try:
-        parse_mac(value)
+        cli_mac(value)
         return ChassisIdSubtype.MAC_ADDRESS
     except IdError:
         return ChassisIdSubtype.LOCAL
@@ -133,7 +145,7 @@ def _guess_port(value: str) -> int:
 
 
 def _raw(subtype: int, value: str, mac: int) -> bytes:
-    return parse_mac(value) if subtype == mac else value.encode()
+    return cli_mac(value) if subtype == mac else value.encode()
 
 
 def local_port_num(name: str) -> int:
@@ -141,24 +153,54 @@ def local_port_num(name: str) -> int:
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
 
 
+def _subtype(words: dict[str, int], text: str | None, valid: type[IntEnum]) -> int | None:
+    if not text:
+        return None
+    if text.strip().isdigit():  # IOS-XR XML gives the LLDP-MIB number itself
+        number = int(text)
+        if number not in valid._value2member_map_:
+            raise IdError(f"subtype {number} is not defined (1..{max(valid)})")
+        return number
+    key = re.sub(r"\s*\(\d+\)\s*$", "", text.strip().lower())
+    return words.get(key) or words.get(text.strip().lower())
+
+
+def _ids(row: CliRow) -> tuple[int | None, bytes | None, str | None, int | None, bytes | None, str | None]:
+    """(chassis subtype, raw, text, port subtype, raw, text); a side the device did not send is None."""
+    c_type = _subtype(CHASSIS_TYPE_WORDS, row.chassis_id_type, ChassisIdSubtype)
+    p_type = _subtype(PORT_TYPE_WORDS, row.port_id_type, PortIdSubtype)
+    c_raw = c_text = p_raw = p_text = None
+    if row.chassis_id:
+        c_type = c_type or _guess_chassis(row.chassis_id)
+        if c_type == ChassisIdSubtype.NETWORK_ADDRESS:
+            raise ValueError("network-address ids are not rendered by CLI parsers yet")
+        c_raw = _raw(c_type, row.chassis_id, ChassisIdSubtype.MAC_ADDRESS)
+        c_text = render_chassis_id(c_type, c_raw)
+    if row.port_id:
+        p_type = p_type or _guess_port(row.port_id)
+        if p_type == PortIdSubtype.NETWORK_ADDRESS:
+            raise ValueError("network-address ids are not rendered by CLI parsers yet")
+        p_raw = _raw(p_type, row.port_id, PortIdSubtype.MAC_ADDRESS)
+        p_text = render_port_id(p_type, p_raw)
+    return c_type, c_raw, c_text, p_type, p_raw, p_text
+
+
 def to_neighbor(row: CliRow, mib: str, rem_index: int) -> LldpNeighbor:
-    """A :class:`CliRow` as an LLDP record; IdError/ValueError when its ids do not hold together."""
-    if not row.chassis_id:
-        raise ValueError("no chassis id in this output")
-    if not row.port_id:
-        raise ValueError("no port id in this output")
-    c_type = _subtype(CHASSIS_TYPE_WORDS, row.chassis_id_type) or _guess_chassis(row.chassis_id)
-    p_type = _subtype(PORT_TYPE_WORDS, row.port_id_type) or _guess_port(row.port_id)
-    if c_type == ChassisIdSubtype.NETWORK_ADDRESS or p_type == PortIdSubtype.NETWORK_ADDRESS:
-        raise ValueError("network-address ids are not rendered by CLI parsers yet")
-    c_raw = _raw(c_type, row.chassis_id, ChassisIdSubtype.MAC_ADDRESS)
-    p_raw = _raw(p_type, row.port_id, PortIdSubtype.MAC_ADDRESS)
-    port_id = render_port_id(p_type, p_raw)
+    """A :class:`CliRow` as an LLDP record; IdError/ValueError when its ids do not hold together.
+
+    A neighbour whose output lacks the chassis id (NX-OS summary) or the port id (Junos brief,
+    devices that send only a description) still lands, with that id None: the local port and what
+    the peer did send still place the link. One with no id and no name at all is not usable.
+    """
+    c_type, c_raw, c_text, p_type, p_raw, port_id = _ids(row)
+    if c_text is None and port_id is None and not row.sys_name:
+        raise ValueError("no chassis id, no port id and no system name: nothing identifies the neighbour")
     remote_platform, _ = detect_platform(None, row.sys_desc)
-    remote = remote_port_name(p_type, port_id, row.port_desc, remote_platform)
+    remote = remote_port_name(p_type, port_id, row.port_desc, remote_platform) if p_type and port_id else None
     if (
         remote_platform is None
         and p_type == PortIdSubtype.LOCAL
+        and port_id is not None
         and port_id.isdigit()
         and row.port_desc
         and looks_like_interface(row.port_desc)
@@ -166,6 +208,8 @@ def to_neighbor(row: CliRow, mib: str, rem_index: int) -> LldpNeighbor:
         # Junos advertises its ifIndex as a 'local' port id and the name in the description; outputs
         # without the system description (Junos summary JSON) cannot tell us the peer is Junos.
         remote = normalise_interface(row.port_desc)
+    if port_id is None and row.port_desc and looks_like_interface(row.port_desc):
+        remote = normalise_interface(row.port_desc)  # no port id sent: a description that is a name
     return LldpNeighbor(
         mib=mib,
         time_mark=0,
@@ -176,7 +220,7 @@ def to_neighbor(row: CliRow, mib: str, rem_index: int) -> LldpNeighbor:
         local_port_vendor=row.local_port,
         chassis_id_subtype=c_type,
         chassis_id_raw=c_raw,
-        chassis_id=render_chassis_id(c_type, c_raw),
+        chassis_id=c_text,
         port_id_subtype=p_type,
         port_id_raw=p_raw,
         port_id=port_id,
@@ -191,100 +235,322 @@ def to_neighbor(row: CliRow, mib: str, rem_index: int) -> LldpNeighbor:
 
 
 # ------------------------------------------------------------------------------------------------
+# vendor spellings (CLI_QUIRKS) applied to every row of a structured output
+# ------------------------------------------------------------------------------------------------
+
+_TEXT_FIELDS = ("chassis_id", "chassis_id_type", "port_id", "port_id_type", "port_desc", "sys_name", "sys_desc")
+
+
+def apply_quirks(rows: list[CliRow], quirks: CliQuirks) -> list[CliRow]:
+    """Undo the NOS's spellings in place; every value changed is kept verbatim in ``extra``."""
+    absent = {a.lower() for a in quirks.absent}
+    for row in rows:
+        for name in _TEXT_FIELDS:
+            value = getattr(row, name)
+            if value is None:
+                continue
+            new = value
+            if quirks.xml_entities:
+                new = html.unescape(new)
+            if absent and new.strip().lower() in absent:
+                new = None
+            elif quirks.strip_quotes and name == "port_id" and len(new) >= 2 and new[0] == new[-1] == '"':
+                new = new[1:-1] or None
+            if new != value:
+                row.extra[f"{name}_raw"] = value
+                setattr(row, name, new)
+        if row.parent_interface is not None and row.parent_interface.strip().lower() in absent | {"-"}:
+            row.parent_interface = None
+        if quirks.strip_quotes and len(row.local_port) >= 2 and row.local_port[0] == row.local_port[-1] == '"':
+            row.extra["local_port_raw"] = row.local_port
+            row.local_port = row.local_port[1:-1]
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
 # structured (JSON) outputs: one _clean_<platform> per NOS, found by name
 # ------------------------------------------------------------------------------------------------
+
+
+def _items(value: Any) -> list[Any]:
+    """A table that JSON renderers collapse to a bare object when it has one row (NX-OS, Junos)."""
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
 
 
 def _clean_arista_eos(doc: Any) -> list[CliRow]:
     """``show lldp neighbors detail | json``: {"lldpNeighbors": {ifname: {"lldpNeighborInfo": [...]}}}.
 
-    EOS wraps ``interfaceId`` of interface-name port ids in literal double quotes
-    (``"\\"Ethernet1\\""``); they are stripped.
+    Newer EOS adds ``interfaceId_v2`` (the id without EOS's literal quotes) beside ``interfaceId``;
+    it is preferred where present, and ``interfaceId``'s quotes are stripped (CLI_QUIRKS) otherwise.
     """
     table = doc["lldpNeighbors"]
     rows: list[CliRow] = []
     for ifname, body in table.items():
         for info in body.get("lldpNeighborInfo", []):
             port = info.get("neighborInterfaceInfo", {})
+            quoted = _blank(port.get("interfaceId"))
             rows.append(
                 CliRow(
                     local_port=ifname,
                     chassis_id=_blank(info.get("chassisId")),
                     chassis_id_type=_blank(info.get("chassisIdType")),
-                    port_id=(_blank(port.get("interfaceId")) or "").strip('"') or None,
+                    port_id=_blank(port.get("interfaceId_v2")) or quoted,
                     port_id_type=_blank(port.get("interfaceIdType")),
                     port_desc=_blank(port.get("interfaceDescription")),
                     sys_name=_blank(info.get("systemName")),
                     sys_desc=_blank(info.get("systemDescription")),
-                    man_addrs=tuple(str(a["address"]) for a in info.get("managementAddresses", [])),
-                    extra={k: v for k, v in info.items() if k in ("ttl", "lastChangeTime", "neighborDiscoveryTime")},
+                    man_addrs=tuple(
+                        str(a["address"])
+                        for a in info.get("managementAddresses", [])
+                        if str(a.get("addressType", "")).lower() in ("ipv4", "ipv6", "")
+                    ),
+                    extra={
+                        **{k: v for k, v in info.items() if k in ("ttl", "lastChangeTime", "neighborDiscoveryTime")},
+                        **({"interfaceId": quoted} if port.get("interfaceId_v2") else {}),
+                    },
                 )
             )
     return rows
 
 
-def _clean_cisco_nxos(doc: Any) -> list[CliRow]:
-    """``show lldp neighbors detail | json``: TABLE_nbor_detail.ROW_nbor_detail.
+def _nxos_body(doc: Any) -> Any:
+    """The ``show`` body, bare or inside an NX-API envelope (``ins_api.outputs.output[.body]``)."""
+    if "ins_api" not in doc:
+        return doc
+    outputs = _items(doc["ins_api"]["outputs"]["output"])
+    bodies = []
+    for output in outputs:
+        code = str(output.get("code", "200"))
+        if code != "200":
+            raise OutputError(f"NX-API answered {code}: {output.get('msg')!r}")
+        body = output.get("body")
+        if isinstance(body, dict) and ("TABLE_nbor_detail" in body or "TABLE_nbor" in body):
+            bodies.append(body)
+    if len(bodies) != 1:
+        raise OutputError(f"NX-API envelope with {len(bodies)} LLDP neighbour bodies (expected one)")
+    return bodies[0]
 
-    NX-OS JSON collapses a one-row table to an object instead of a one-element list.
+
+def _clean_cisco_nxos(doc: Any) -> list[CliRow]:
+    """``show lldp neighbors [detail] | json``: TABLE_nbor_detail.ROW_nbor_detail (detail) or
+    TABLE_nbor.ROW_nbor (summary), bare or in an NX-API envelope.
+
+    NX-OS JSON collapses a one-row table to an object instead of a one-element list. The summary's
+    ``chassis_id`` is the Device ID column (the system name; the chassis id only when the neighbour
+    sent no name), so it is read as the name unless it is a MAC.
     """
-    rows_in = doc["TABLE_nbor_detail"]["ROW_nbor_detail"]
-    if isinstance(rows_in, dict):
-        rows_in = [rows_in]
+    body = _nxos_body(doc)
+    summary = "TABLE_nbor_detail" not in body and "TABLE_nbor" in body
+    table = body["TABLE_nbor"] if summary else body["TABLE_nbor_detail"]
+    if not table:  # an empty table renders as "" on some releases
+        return []
+    rows_in = _items(table["ROW_nbor"] if summary else table["ROW_nbor_detail"])
     rows: list[CliRow] = []
+    quirks = CLI_QUIRKS["cisco_nxos"]
     for r in rows_in:
-        rows.append(
-            CliRow(
-                local_port=str(r["l_port_id"]),
-                chassis_id=_blank(r.get("chassis_id")),
-                chassis_id_type=_blank(r.get("chassis_type")),
-                port_id=_blank(r.get("port_id")),
-                port_id_type=_blank(r.get("port_type")),
-                port_desc=_blank(r.get("port_desc")),
-                sys_name=_blank(r.get("sys_name")),
-                sys_desc=_blank(r.get("sys_desc")),
-                man_addrs=tuple(a for a in (_blank(r.get("mgmt_addr")),) if a and a != "not advertised"),
-                capabilities=_blank(r.get("enabled_capability")),
-                extra={k: r[k] for k in ("ttl", "vlan_id", "system_capability") if k in r},
-            )
+        row = CliRow(
+            local_port=str(r["l_port_id"]),
+            chassis_id=_blank(r.get("chassis_id")),
+            chassis_id_type=_blank(r.get("chassis_type")),
+            port_id=_blank(r.get("port_id")),
+            port_id_type=_blank(r.get("port_type")),
+            port_desc=_blank(r.get("port_desc")),
+            sys_name=_blank(r.get("sys_name")),
+            sys_desc=_blank(r.get("sys_desc")),
+            man_addrs=tuple(
+                a
+                for a in (_blank(r.get("mgmt_addr")), _blank(r.get("mgmt_addr_ipv6")))
+                if a and a.lower() not in quirks.absent and _is_ip(a)
+            ),
+            capabilities=_blank(r.get("enabled_capability")),
+            extra={k: r[k] for k in ("ttl", "hold_time", "vlan_id", "system_capability") if k in r},
         )
+        if summary and quirks.summary_device_id_is_name and row.sys_name is None and row.chassis_id:
+            try:
+                cli_mac(row.chassis_id)
+            except IdError:
+                row.extra["chassis_id_field_raw"] = row.chassis_id
+                row.extra["chassis_type_field_raw"] = row.chassis_id_type
+                row.sys_name, row.chassis_id, row.chassis_id_type = row.chassis_id, None, None
+        rows.append(row)
     return rows
 
 
-def _junos(cell: Any) -> str | None:
-    # Junos JSON wraps every leaf as [{"data": value}].
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _junos(cell: Any) -> Any:
+    # Junos JSON wraps every leaf as [{"data": value}] and every container as [{...}].
     if isinstance(cell, list) and cell and isinstance(cell[0], dict):
-        return _blank(cell[0].get("data"))
+        if "data" in cell[0]:
+            return _blank(cell[0].get("data"))
+        return {k: _junos(v) for k, v in cell[0].items()}
     return None
 
 
-def _clean_juniper_junos(doc: Any) -> list[CliRow]:
-    """``show lldp neighbors | display json``: lldp-neighbors-information[0].lldp-neighbor-information."""
-    info = doc["lldp-neighbors-information"][0]
+def _leaf(record: dict[str, Any], key: str) -> str | None:
+    """A leaf's text; TypeError (the output is not the command's) where a container stands."""
+    value = record.get(key)
+    if isinstance(value, dict | list):
+        raise TypeError(f"{key} is not a value")
+    return _blank(value)
+
+
+def _junos_rows(records: Iterable[dict[str, Any]]) -> list[CliRow]:
+    """Junos neighbour records (JSON or XML, same names) as rows.
+
+    The local port's name is ``lldp-local-interface`` where the reply has it; ``lldp-local-port-id``
+    is then the local ifIndex (detail replies: ``519``), kept in ``extra``. Brief replies put the
+    name in either of the two. ``lldp-remote-port-id`` is missing from brief replies of some
+    releases (the description is all there is).
+    """
     rows: list[CliRow] = []
-    for r in info.get("lldp-neighbor-information", []):
-        local = _junos(r.get("lldp-local-port-id")) or _junos(r.get("lldp-local-interface"))
-        if local is None:
-            raise ValueError("Junos neighbour without lldp-local-port-id")
-        parent = _junos(r.get("lldp-local-parent-interface-name"))
+    for r in records:
+        interface, port_id = _leaf(r, "lldp-local-interface"), _leaf(r, "lldp-local-port-id")
+        local = interface or port_id
+        if not local:
+            raise ValueError("Junos neighbour with neither lldp-local-interface nor lldp-local-port-id")
+        described = r.get("lldp-system-description")
+        sys_desc = _leaf(described, "lldp-remote-system-description") if isinstance(described, dict) else None
+        extra = {"local_port_id_raw": port_id} if interface and port_id and port_id != interface else {}
+        index = _leaf(r, "lldp-index") or ""
         rows.append(
             CliRow(
                 local_port=local,
-                chassis_id=_junos(r.get("lldp-remote-chassis-id")),
-                chassis_id_type=_junos(r.get("lldp-remote-chassis-id-subtype")),
-                port_id=_junos(r.get("lldp-remote-port-id")),
-                port_id_type=_junos(r.get("lldp-remote-port-id-subtype")),
-                port_desc=_junos(r.get("lldp-remote-port-description")),
-                sys_name=_junos(r.get("lldp-remote-system-name")),
-                parent_interface=None if parent == "-" else parent,
+                chassis_id=_leaf(r, "lldp-remote-chassis-id"),
+                chassis_id_type=_leaf(r, "lldp-remote-chassis-id-subtype"),
+                port_id=_leaf(r, "lldp-remote-port-id"),
+                port_id_type=_leaf(r, "lldp-remote-port-id-subtype"),
+                port_desc=_leaf(r, "lldp-remote-port-description"),
+                sys_name=_leaf(r, "lldp-remote-system-name"),
+                sys_desc=sys_desc or _leaf(r, "lldp-remote-system-description"),
+                rem_index=int(index) if index.isdigit() else None,
+                parent_interface=_leaf(r, "lldp-local-parent-interface-name"),
+                extra=extra,
             )
         )
     return rows
 
 
+def _clean_juniper_junos(doc: Any) -> list[CliRow]:
+    """``show lldp neighbors [detail] | display json``: lldp-neighbors-information[0].lldp-neighbor-information."""
+    info = doc["lldp-neighbors-information"][0]
+    records = []
+    for r in info.get("lldp-neighbor-information", []):
+        if not isinstance(r, dict):
+            raise TypeError("lldp-neighbor-information entry is not an object")
+        records.append({k: _junos(v) for k, v in r.items() if k != "attributes"})
+    return _junos_rows(records)
+
+
 JSON_CLEANERS: dict[str, Callable[[Any], list[CliRow]]] = {
-    name.removeprefix("_clean_"): fn for name, fn in dict(globals()).items() if name.startswith("_clean_")
+    name.removeprefix("_clean_"): fn
+    for name, fn in dict(globals()).items()
+    if name.startswith("_clean_") and not name.endswith("_xml")
 }
+
+
+# ------------------------------------------------------------------------------------------------
+# XML outputs: the tree with namespaces dropped, walked by _clean_<platform>_xml
+# ------------------------------------------------------------------------------------------------
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _leaves(element: ET.Element) -> dict[str, Any]:
+    """Children as {name: text}, a child with children of its own as a nested dict."""
+    out: dict[str, Any] = {}
+    for child in element:
+        name = _local(child.tag)
+        if name in out:
+            continue  # a repeated element (addresses, TLV lists): the first is enough for us
+        out[name] = _leaves(child) if len(child) else _blank(child.text)
+    return out
+
+
+def _find(root: ET.Element, name: str) -> list[ET.Element]:
+    return [e for e in root.iter() if _local(e.tag) == name]
+
+
+def _clean_juniper_junos_xml(root: ET.Element) -> list[CliRow]:
+    """``<lldp-neighbors-information>`` (brief or detail), bare or inside ``<rpc-reply>``."""
+    if not _find(root, "lldp-neighbors-information"):
+        raise OutputError("no <lldp-neighbors-information> in the XML")
+    return _junos_rows(_leaves(e) for e in _find(root, "lldp-neighbor-information"))
+
+
+def _xr_key(name: str) -> str:
+    return name.replace("-", "").lower()  # XML agent CamelCase and NETCONF kebab-case meet here
+
+
+def _flat(record: dict[str, Any]) -> dict[str, Any]:
+    return {_xr_key(k): (_flat(v) if isinstance(v, dict) else v) for k, v in record.items()}
+
+
+def _clean_cisco_xr_xml(root: ET.Element) -> list[CliRow]:
+    """IOS-XR LLDP oper data: the XML agent's ``DetailTable/Detail/Entry`` or NETCONF's
+    ``details/detail/lldp-neighbor``. Only the detail table is read (the summary repeats it).
+
+    Every element of one neighbour has a ``ReceivingInterfaceName``; the ``MIB`` block carries the
+    LLDP-MIB subtype numbers and the agent's own (local port number, remote index).
+    """
+    tables = [e for e in root.iter() if _xr_key(_local(e.tag)) in ("detailtable", "details")]
+    if not tables and not [e for e in root.iter() if _xr_key(_local(e.tag)) == "lldp"]:
+        raise OutputError("no IOS-XR LLDP element in the XML")
+    rows: list[CliRow] = []
+    for table in tables:
+        for element in table.iter():
+            record = _flat(_leaves(element))
+            if "receivinginterfacename" not in record or "chassisid" not in record:
+                continue
+            detail: dict[str, Any] = record["detail"] if isinstance(record.get("detail"), dict) else {}
+            mib: dict[str, Any] = record["mib"] if isinstance(record.get("mib"), dict) else {}
+            rem_index = _leaf(mib, "remindex") or ""
+            rows.append(
+                CliRow(
+                    local_port=_leaf(record, "receivinginterfacename") or "",
+                    chassis_id=_leaf(record, "chassisid"),
+                    chassis_id_type=_leaf(mib, "chassisidsubtype"),
+                    port_id=_leaf(record, "portiddetail"),
+                    port_id_type=_leaf(mib, "portidsubtype"),
+                    port_desc=_leaf(detail, "portdescription"),
+                    sys_name=_leaf(detail, "systemname") or _leaf(record, "deviceid"),
+                    sys_desc=_leaf(detail, "systemdescription"),
+                    rem_index=int(rem_index) if rem_index.isdigit() else None,
+                    parent_interface=_leaf(record, "receivingparentinterfacename"),
+                    capabilities=_leaf(record, "enabledcapabilities"),
+                    extra={k: mib[k] for k in ("remlocalportnum", "remtimemark") if k in mib},
+                )
+            )
+    return rows
+
+
+XML_CLEANERS: dict[str, Callable[[ET.Element], list[CliRow]]] = {
+    name.removeprefix("_clean_").removesuffix("_xml"): fn
+    for name, fn in dict(globals()).items()
+    if name.startswith("_clean_") and name.endswith("_xml")
+}
+
+
+def parse_xml(text: str) -> ET.Element:
+    """The XML tree; OutputError for anything else. A reply from a device never carries a DTD, so
+    one with a DOCTYPE or ENTITY declaration (entity expansion bombs, external entities) is refused
+    before the parser sees it."""
+    if re.search(r"<!(DOCTYPE|ENTITY)", text, re.IGNORECASE):
+        raise OutputError("XML with a DOCTYPE/ENTITY declaration (devices never send one)")
+    try:
+        return ET.fromstring(text.lstrip("\ufeff"))
+    except ET.ParseError as err:
+        raise OutputError(f"not XML ({err})") from None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -368,20 +634,27 @@ def check_output(text: str | bytes) -> str:
 
 def rows_for(text: str, spec: CommandSpec) -> list[CliRow]:
     """The output as rows; OutputError when the output as a whole is not this command's."""
-    if spec.format == "json":
+    if spec.format in ("json", "xml"):
         if not text.strip():
             return []  # NX-OS and EOS print nothing at all for an empty LLDP table
-        try:
-            doc = json.loads(text)
-        except ValueError as err:
-            raise OutputError(f"not JSON ({err})") from None
-        cleaner = JSON_CLEANERS.get(spec.platform)
+        quirks = CLI_QUIRKS.get(spec.platform, NO_QUIRKS)
+        if spec.format == "json":
+            try:
+                doc: Any = json.loads(text)
+            except (ValueError, RecursionError) as err:
+                raise OutputError(f"not JSON ({str(err)[:200]})") from None
+            cleaner: Callable[[Any], list[CliRow]] | None = JSON_CLEANERS.get(spec.platform)
+        else:
+            doc = parse_xml(text)
+            cleaner = XML_CLEANERS.get(spec.platform)
         if cleaner is None:
-            raise OutputError(f"no _clean_{spec.platform} for JSON output")
+            raise OutputError(f"no {spec.format.upper()} reader for platform {spec.platform!r}")
         try:
-            return cleaner(doc)
+            return apply_quirks(cleaner(doc), quirks)
         except (KeyError, IndexError, TypeError, AttributeError) as err:
-            raise OutputError(f"JSON is not {spec.command!r} output: missing {err}") from None
+            raise OutputError(f"{spec.format.upper()} is not {spec.command!r} output: missing {err}") from None
+        except RecursionError:
+            raise OutputError(f"{spec.format.upper()} nested too deeply") from None
     if spec.format == "textfsm":
         try:
             return rows_from_textfsm(textfsm_parse(text, spec), spec)

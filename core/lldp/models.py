@@ -167,12 +167,15 @@ class LldpNeighbor:
     local_if_index: int | None  # resolved through the platform's port numbering
     local_port: str | None  # normalised local interface name
     local_port_vendor: str | None  # the local name exactly as the switch reported it
-    chassis_id_subtype: int
-    chassis_id_raw: bytes
-    chassis_id: str
-    port_id_subtype: int
-    port_id_raw: bytes
-    port_id: str
+    # A side the device did not send is None (Junos brief replies have no port id, NX-OS summaries
+    # no chassis id, agents leave lldpRemChassisId/lldpRemPortId out of lldpRemTable); the
+    # subtype may be known when the id is not.
+    chassis_id_subtype: int | None
+    chassis_id_raw: bytes | None
+    chassis_id: str | None
+    port_id_subtype: int | None
+    port_id_raw: bytes | None
+    port_id: str | None
     port_desc: str | None
     sys_name: str | None
     sys_name_raw: bytes | None  # only when the advertised sysName was not valid UTF-8

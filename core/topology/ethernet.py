@@ -240,7 +240,7 @@ def _identify(
         if mac is not None and mac in by_mac:
             return by_mac[mac], "chassis_mac" if by_mac[mac] == mac else "interface_mac"
     addrs = list(obs.man_addrs)
-    if obs.chassis_id_subtype == CHASSIS_NETWORK_ADDRESS:
+    if obs.chassis_id_subtype == CHASSIS_NETWORK_ADDRESS and obs.chassis_id is not None:
         addrs.append(obs.chassis_id)
     for addr in addrs:
         if addr in by_ip:
@@ -260,6 +260,14 @@ def _identify(
 
 def _match_port(dev: _EthDevice, obs: LldpObs) -> tuple[str | None, str]:
     pid = obs.port_id
+    if pid is None:  # no port id advertised (Junos brief, partial agents): name and description only
+        if obs.remote_port and _port_key(obs.remote_port) in dev.by_name:
+            return dev.by_name[_port_key(obs.remote_port)], "advertised_name"
+        if obs.port_desc and _port_key(obs.port_desc) in dev.by_descr:
+            return dev.by_descr[_port_key(obs.port_desc)], "if_descr"
+        if not dev.by_name and obs.remote_port:
+            return obs.remote_port, "advertised_name"
+        return None, f"no port id advertised and no description naming a port of {dev.name}"
     if obs.port_id_subtype == PORT_NAME and _port_key(pid) in dev.by_name:
         return dev.by_name[_port_key(pid)], "if_name"
     if obs.port_id_subtype == PORT_ALIAS and _port_key(pid) in dev.by_alias:
@@ -288,6 +296,6 @@ def _host_port(obs: LldpObs) -> tuple[str | None, str]:
         return obs.remote_port, "advertised_name"
     if obs.port_desc and " " not in obs.port_desc.strip():
         return obs.port_desc.strip(), "port_description"
-    if obs.port_id_subtype in (PORT_NAME, PORT_ALIAS, PORT_LOCAL, PORT_MAC):
+    if obs.port_id is not None and obs.port_id_subtype in (PORT_NAME, PORT_ALIAS, PORT_LOCAL, PORT_MAC):
         return obs.port_id, "port_id_text"
     return None, "host port cannot be named"

@@ -95,10 +95,10 @@ class LldpObs:
 
     source: str
     local_port: str | None
-    chassis_id_subtype: int
-    chassis_id: str
-    port_id_subtype: int
-    port_id: str
+    chassis_id_subtype: int | None
+    chassis_id: str | None
+    port_id_subtype: int | None
+    port_id: str | None
     local_chassis_id: str | None = None
     local_sys_name: str | None = None
     port_desc: str | None = None

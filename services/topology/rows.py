@@ -83,9 +83,9 @@ def lldp(r: Row) -> LldpObs:
     return LldpObs(
         source=r["source"],
         local_port=r.get("local_port"),
-        chassis_id_subtype=int(r["chassis_id_subtype"]),
+        chassis_id_subtype=None if r["chassis_id_subtype"] is None else int(r["chassis_id_subtype"]),
         chassis_id=r["chassis_id"],
-        port_id_subtype=int(r["port_id_subtype"]),
+        port_id_subtype=None if r["port_id_subtype"] is None else int(r["port_id_subtype"]),
         port_id=r["port_id"],
         local_chassis_id=r.get("local_chassis_id"),
         local_sys_name=r.get("local_sys_name"),

@@ -323,7 +323,7 @@ def garbage_records(name: str) -> list[tuple[str, str, str]]:
     1. valid row, remote sysName not UTF-8        -> landed, raw sysName bytes kept
     2. chassis id MAC subtype with 5 bytes         -> row quarantined
     3. chassis id subtype sent as OCTET STRING     -> row quarantined
-    4. port id column missing (truncated row)      -> row quarantined
+    4. port id column missing (truncated row)      -> landed with no port id (real agents omit it too)
     5. port id subtype 9 (undefined)               -> row quarantined
     6. valid row, sysDesc sent as INTEGER          -> landed without sysDesc, the varbind quarantined
     plus ifHighSpeed.6 as OCTET STRING             -> varbind quarantined

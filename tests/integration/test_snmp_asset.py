@@ -44,8 +44,8 @@ def test_asset_lands_observations_status_and_quarantine(
     assert meta["switches_by_status"].value == {
         "ok": switches, "timeout": 1, "auth_failure": 1, "no_data": 1, "partial": 1
     }
-    assert meta["neighbors_landed"].value == expected_neighbors == 32 + 2 * 2 * 4 + 2
-    assert meta["rows_quarantined"].value == 6
+    assert meta["neighbors_landed"].value == expected_neighbors == 32 + 2 * 2 * 4 + 3
+    assert meta["rows_quarantined"].value == 5
     with warehouse.connect() as conn:
         status = {
             r[0]: r[1:]
@@ -58,7 +58,7 @@ def test_asset_lands_observations_status_and_quarantine(
         assert status["eth-fault-timeout"] == ("timeout", 0, 0)
         assert status["eth-fault-auth"] == ("auth_failure", 0, 0)
         assert status["eth-fault-nolldp"] == ("no_data", 0, 0)
-        assert status["eth-fault-garbage"] == ("partial", 2, 6)
+        assert status["eth-fault-garbage"] == ("partial", 3, 5)
         assert status["eth-leaf-01"] == ("ok", 10, 0)
         landed = conn.execute(
             "SELECT count(*), count(DISTINCT source) FROM raw.lldp_neighbor_observations WHERE run_id = %s",
@@ -85,8 +85,16 @@ def test_asset_lands_observations_status_and_quarantine(
         ).fetchall()
         assert [q[1] for q in quarantine][:2] == [
             "ifHighSpeed: expected Gauge32, got OCTET STRING",
-            "incomplete row: missing lldpRemPortId",
+            "lldpRemChassisId: a MAC address is 6 bytes, got 5",
         ]
+        # a row without lldpRemPortId is what real agents send (a QFX table has none): it lands, unported
+        assert not any(q[1].startswith("incomplete row") for q in quarantine)
+        unported = conn.execute(
+            "SELECT port_id, sys_name FROM raw.lldp_neighbor_observations WHERE run_id = %s "
+            "AND source = 'eth-fault-garbage' AND local_port = 'swp4'",
+            (run_id,),
+        ).fetchone()
+        assert unported == (None, "peer")
         assert {q[0] for q in quarantine} == {"eth-fault-garbage"}
         assert quarantine[0][2] == "1.3.6.1.2.1.31.1.1.1.15.8"
         interfaces = conn.execute(

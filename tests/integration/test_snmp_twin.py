@@ -38,7 +38,11 @@ def test_observations_reproduce_every_eth_link(snmp_site: Callable[..., SnmpSite
 
     # the rows the asset lands, read back by the topology adapter, resolved by the production code
     result = resolve_production(truth, site.observations(collections))
-    assert result.unresolved == [] and result.findings == []
+    # The broken switch's row without a port id lands, but cannot become a link: it is reported, not guessed.
+    assert result.unresolved == [
+        {"source": "eth-fault-garbage", "local_port": "swp4", "remote": "peer", "reason": "host port cannot be named"}
+    ]
+    assert result.findings == []
     polled = {sid: sw.source for sid, sw in result.switches.items() if sw.source not in site.faults}
     assert polled == {sw.id: sw.attributes["inventory_name"] for sw in switches}  # identity: the chassis MAC
     links = derived_links(result)
@@ -86,7 +90,9 @@ def test_fault_switches_report_their_failure(snmp_site: Callable[..., SnmpSite])
 
     garbage = collections["eth-fault-garbage"]
     assert garbage.status is CollectionStatus.PARTIAL
-    assert sorted(n.local_port or "" for n in garbage.neighbors) == ["swp1", "swp6"]
+    assert sorted(n.local_port or "" for n in garbage.neighbors) == ["swp1", "swp4", "swp6"]
+    no_port = next(n for n in garbage.neighbors if n.local_port == "swp4")
+    assert (no_port.port_id, no_port.port_id_subtype, no_port.sys_name) == (None, 5, "peer")  # subtype sent, id not
     bad_name = next(n for n in garbage.neighbors if n.local_port == "swp1")
     assert bad_name.sys_name == "peer\\xff\\xfe"
     assert bad_name.sys_name_raw == b"peer\xff\xfe"
@@ -95,7 +101,6 @@ def test_fault_switches_report_their_failure(snmp_site: Callable[..., SnmpSite])
     reasons = sorted(q.reason for q in garbage.quarantined)
     assert reasons == [
         "ifHighSpeed: expected Gauge32, got OCTET STRING",
-        "incomplete row: missing lldpRemPortId",
         "lldpRemChassisId: a MAC address is 6 bytes, got 5",
         "lldpRemChassisIdSubtype: expected INTEGER, got OCTET STRING",
         "lldpRemPortId: port id subtype 9 is not defined (1..7)",
@@ -113,7 +118,7 @@ def test_duplicate_sysnames_do_not_merge_switches(snmp_site: Callable[..., SnmpS
     names = {c.system.sys_name for c in collections.values() if c.system and c.device not in site.faults}
     assert len(names) == len(site.truth.switches(fabric=LinkKind.ETH)) - 1  # two switches share a sysName
     result = resolve_production(site.truth, site.observations(collections))
-    assert result.unresolved == []
+    assert [u["source"] for u in result.unresolved] == ["eth-fault-garbage"]  # its port-less row only
     inside, _ = split_by_truth(site.truth, derived_links(result))
     assert inside == truth_eth_links(site.truth)
     by_chassis = {c.system.chassis_id: c.device for c in collections.values() if c.system}

@@ -41,7 +41,7 @@ def test_rows_are_keyed_by_port_and_index_not_time_mark() -> None:
 def test_truncated_and_wrong_typed_varbinds() -> None:
     rem = {
         **_row(1, 1),
-        **_row(2, 1, c7=None),  # truncated: no port id
+        **_row(2, 1, c7=None),  # truncated: no port id -> lands with port_id None
         **_row(3, 1, c4=("octets", b"4")),  # subtype as a string
         **_row(4, 1, c5=("octets", PEER[:5])),  # 5-byte MAC
         **_row(5, 1, c9=("int", 7)),  # sysName as an integer: row kept, field quarantined
@@ -49,9 +49,9 @@ def test_truncated_and_wrong_typed_varbinds() -> None:
     }
     c = interpret(_walk(lldpRemTable=rem))
     assert c.status is CollectionStatus.PARTIAL
-    assert [(n.local_port_num, n.sys_name) for n in c.neighbors] == [(1, "peer"), (5, None)]
+    assert [(n.local_port_num, n.sys_name) for n in c.neighbors] == [(1, "peer"), (2, "peer"), (5, None)]
+    assert c.neighbors[1].port_id is None and c.neighbors[1].port_id_subtype is not None
     assert sorted(q.reason for q in c.quarantined) == [
-        "incomplete row: missing lldpRemPortId",
         "lldpRemChassisId: a MAC address is 6 bytes, got 5",
         "lldpRemChassisIdSubtype: expected INTEGER, got OCTET STRING",
         "lldpRemSysName: expected OCTET STRING, got INTEGER",
@@ -191,7 +191,7 @@ def test_garbage_never_crashes(rem, local, man, names, speeds, bridge, sysname, 
                 assert (key[2:] in landed if len(key) == 4 else False) or row in locations or (
                     dotted((*LLDP_REM_TABLE, *key)) in locations), key
     for n in c.neighbors:
-        assert len(n.chassis_id_raw) > 0 and n.chassis_id
+        assert n.chassis_id_raw is None or (len(n.chassis_id_raw) > 0 and n.chassis_id)
         assert n.mib == "lldp" and n.local_port_num is not None
     for q in c.quarantined:
         assert q.reason and q.device == "fuzz" and q.source == "snmp"

@@ -67,7 +67,9 @@ def test_truncated_text_is_quarantined() -> None:
     result = parse("eth-spine-01", text[: text.index("\nEth1/4\n") + len("\nEth1/4\n")])
     assert [n.local_port for n in result.neighbors] == ["Ethernet1/1", "Ethernet1/2", "Ethernet1/3"]
     (q,) = result.quarantined
-    assert q.reason == "bad neighbour on Eth1/4: no chassis id in this output"
+    assert q.reason == (
+        "bad neighbour on Eth1/4: no chassis id, no port id and no system name: nothing identifies the neighbour"
+    )
 
 
 @pytest.mark.parametrize(

@@ -98,9 +98,10 @@ def test_detail_captures_normalise_ids() -> None:
     assert xr[0].sys_name == "router-400.router.com"
 
 
-def test_summary_tables_without_chassis_ids_are_not_records() -> None:
+def test_summary_tables_without_chassis_ids_land_without_one() -> None:
     raw = next(p for p in RAWS if p.stem == "cisco_nxos_show_lldp_neighbors")
     spec = spec_for(raw)
     rows = rows_from_textfsm(textfsm_parse(raw.read_text(), spec), spec)
-    with pytest.raises(ValueError, match="no chassis id in this output"):
-        to_neighbor(rows[0], "cli-textfsm", 1)
+    n = to_neighbor(rows[0], "cli-textfsm", 1)
+    assert (n.chassis_id, n.chassis_id_raw, n.chassis_id_subtype) == (None, None, None)
+    assert n.port_id == rows[0].port_id and n.sys_name == rows[0].sys_name

@@ -69,10 +69,11 @@ def test_sonic_show_lldp_table() -> None:
     assert parsed[0]["local_port"] == "Ethernet0"
     rows = rows_from_textfsm(parsed, spec)
     assert all(r.sys_name and r.port_id and r.capabilities == "BR" for r in rows)
-    # no chassis id in this table: every row is quarantined, never stored half-identified
+    # no chassis id in this table: every row lands with chassis id None, named by system and port
     result = parse_output(text, spec, "eth-leaf-04")
-    assert result.neighbors == [] and len(result.quarantined) == 10
-    assert {q.reason.split(": ", 1)[1] for q in result.quarantined} == {"no chassis id in this output"}
+    assert result.quarantined == [] and len(result.neighbors) == 10
+    assert {n.chassis_id for n in result.neighbors} == {None}
+    assert all(n.sys_name and n.port_id for n in result.neighbors)
 
 
 def test_cumulus_net_show_lldp() -> None:
