@@ -10,6 +10,7 @@ disturbing labels set by other managers or by hand.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,9 @@ from kubernetes.client.exceptions import ApiException
 FIELD_MANAGER = "gpufabric"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 PAGE_SIZE = 500
+# Retries of an apply the server asked to be retried (429, or a 5xx with Retry-After); as client-go.
+MAX_THROTTLE_RETRIES = 5
+MAX_RETRY_AFTER_S = 10.0
 
 
 class KubernetesSourceLike(Protocol):
@@ -149,7 +153,9 @@ def apply(
 
     Fields this manager applied before and omits now are removed by the server (unless another
     manager also owns them). ``force`` takes fields other managers own; leave it off to get a
-    409 ``ApiException`` naming the conflicting manager instead.
+    409 ``ApiException`` naming the conflicting manager instead. ``dry_run`` is the server's
+    ``dryRun=All``: validated, defaulted and admitted (webhooks included) but not stored. An
+    answer asking for a retry (429, or 5xx with ``Retry-After``) is retried, as client-go does.
     """
     query: list[tuple[str, str]] = [("fieldManager", field_manager)]
     if force:
@@ -164,9 +170,31 @@ def apply(
         body=obj,
         auth_settings=["BearerToken"],
     )
-    response = api.call_api(method, url, headers, body)
-    response.read()
-    if not 200 <= response.status <= 299:
-        raise ApiException(http_resp=response)
-    result: dict[str, Any] = json.loads(response.data or b"{}")
-    return result
+    for attempt in range(MAX_THROTTLE_RETRIES + 1):
+        response = api.call_api(method, url, headers, body)
+        response.read()
+        if 200 <= response.status <= 299:
+            result: dict[str, Any] = json.loads(response.data or b"{}")
+            return result
+        wait = _retry_after(response.status, response.getheader("Retry-After"))
+        if wait is None or attempt == MAX_THROTTLE_RETRIES:
+            raise ApiException(http_resp=response)
+        time.sleep(wait)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _retry_after(status: int, header: str | None) -> float | None:
+    """Seconds to wait before sending an apply again, or None when the answer is final.
+
+    client-go's rule: the server asks for a retry with 429 Too Many Requests (API Priority and
+    Fairness throttling) or a 5xx carrying ``Retry-After``; any other error is final. An apply
+    is idempotent, so sending it again is safe. The wait is capped: a server asking for minutes
+    is better reported than waited out inside a publish.
+    """
+    if status != 429 and not (500 <= status <= 599 and header is not None):
+        return None
+    try:
+        seconds = float(header) if header is not None else 1.0
+    except ValueError:  # an HTTP date: not worth parsing for a capped wait
+        seconds = 1.0
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)

@@ -12,11 +12,12 @@ import psycopg
 import yaml
 from kubernetes import client
 
-from connectors.kube import list_nodes
+from connectors.kube.pods import list_nodes_raw
 from connectors.kube.publish import (
     BlastRadiusExceeded,
     Plan,
     PublishError,
+    canonical_quantities,
     execute,
     node_facts,
     plan,
@@ -80,7 +81,7 @@ def desired_state_for(conn: psycopg.Connection, api: client.ApiClient, cfg: Publ
             if version is not None
             else "no topology version yet: derive one first (gpufabric topology show)"
         )
-    facts = node_facts(list_nodes(api))
+    facts = node_facts(list_nodes_raw(api))
     return int(doc["version"]), desired_state(model_from_json(doc), cfg.scheme, facts, cfg.tenants, cfg.policy)
 
 
@@ -94,7 +95,9 @@ def write_gitops(directory: Path, state: DesiredState) -> list[Path]:
     docs: list[tuple[str, dict[str, Any]]] = []
     for obj in state.objects:
         ns = obj["metadata"].get("namespace")
-        docs.append((f"kueue/{obj['kind'].lower()}-{(ns + '-') if ns else ''}{obj['metadata']['name']}.yaml", obj))
+        # quotas as the API server stores them, or a GitOps tool's diff never settles
+        docs.append((f"kueue/{obj['kind'].lower()}-{(ns + '-') if ns else ''}{obj['metadata']['name']}.yaml",
+                     canonical_quantities(obj)))  # fmt: skip
     for node in sorted(state.labels):
         docs.append((f"nodes/{node}.yaml", {"apiVersion": "v1", "kind": "Node",
                                             "metadata": {"name": node, "labels": state.labels[node]}}))  # fmt: skip
@@ -165,6 +168,15 @@ def publish_fabric(
                               "forced": force, "field_manager": cfg.field_manager, "state": state, "plan": p,
                               "rollback_of": rollback_of}  # fmt: skip
     if dry_run:
+        # The server's own dry run of every write: what it would refuse is refused now.
+        try:
+            execute(api, p, state.labels, state.resources, field_manager=cfg.field_manager, dry_run=True)
+        except PublishError as exc:
+            record_run(conn, mode="dry_run", status="failed", message=str(exc), **common)
+            raise PublishRefused(str(exc)) from None
+        if p.guard_exceeded and not force:
+            diff.append(f"the blast-radius guard would refuse this: {p.guarded_nodes} of {p.nodes_total} nodes change"
+                        f" what we published (> {p.max_fraction:.0%} allowed); applying needs --force")  # fmt: skip
         run = record_run(conn, mode="dry_run", status="planned", **common)
         return Outcome(run, topo_version, "dry_run", "planned", p, diff)
     try:

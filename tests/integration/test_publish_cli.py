@@ -1,20 +1,22 @@
-"""`gpufabric publish` end to end: a real Postgres (fresh database), the Kubernetes API twin,
-the CLI through typer. Dry run prints the diff and writes nothing; a publish is recorded with
-its topology version; a rollback re-applies an earlier version; --gitops writes manifests;
-`kueue render` prints valid YAML; bad input is one red line."""
+"""`gpufabric publish` end to end: a real Postgres (fresh database), the real control plane
+(kube-apiserver and Kueue, the 1-SU spec's nodes registered), the CLI through typer. Dry run is
+the server's and writes nothing; a publish is recorded with its topology version; the blast
+guard refuses naming what it compared against; a rollback re-applies an earlier version;
+--gitops writes manifests; `kueue render` prints valid YAML; bad input is one red line."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 import yaml
+from kubernetes import client
 from typer.testing import CliRunner
 
 from connectors.kube import ClusterTarget, api_client, list_nodes
@@ -22,7 +24,7 @@ from connectors.warehouse import open_warehouse
 from core.topology import TopologyModel, derive
 from pipelines.cli_publish import app, kueue_app
 from services.topology import write_snapshot
-from simulator.kube import start
+from simulator.controlplane import nodes_from_spec
 from tests.unit.test_topology_support import observe, truth_with
 
 pytestmark = pytest.mark.integration
@@ -30,11 +32,12 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def site(tmp_path: Path, fresh_database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path]]:
+def site(
+    kube_cluster: Any, tmp_path: Path, fresh_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, Path]]:
     monkeypatch.setenv("GPUFABRIC_DATABASE_URL", fresh_database_url)
-    truth = truth_with("h100-1su")
-    run = start(truth, tmp_path / "kube")
-    kubeconfig = Path(run.extra["kubeconfig"])
+    kube_cluster.register_nodes(nodes_from_spec("h100-1su"))
+    kubeconfig = Path(kube_cluster.kubeconfig)
     config = tmp_path / "gpufabric.yaml"
     config.write_text(yaml.safe_dump({
         "version": 1,
@@ -44,10 +47,7 @@ def site(tmp_path: Path, fresh_database_url: str, monkeypatch: pytest.MonkeyPatc
         "publish": {"max_node_change_fraction": 0.2},
     }))  # fmt: skip
     monkeypatch.setenv("GPUFABRIC_CONFIG", str(config))
-    try:
-        yield config, kubeconfig
-    finally:
-        os.kill(run.pids[0], signal.SIGTERM)
+    yield config, kubeconfig
 
 
 def _store(model: TopologyModel) -> int:
@@ -59,6 +59,15 @@ def _blocks(kubeconfig: Path) -> dict[str, str | None]:
     api = api_client(ClusterTarget(kubeconfig=kubeconfig))
     try:
         return {n.metadata.name: (n.metadata.labels or {}).get("fabric.gpufabric.io/block") for n in list_nodes(api)}
+    finally:
+        api.close()
+
+
+def _queues(kubeconfig: Path) -> list[str]:
+    api = api_client(ClusterTarget(kubeconfig=kubeconfig))
+    try:
+        found = client.CustomObjectsApi(api).list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues")
+        return sorted(cq["metadata"]["name"] for cq in found["items"])
     finally:
         api.close()
 
@@ -77,16 +86,25 @@ def test_dry_run_publish_history_rollback_gitops(site: tuple[Path, Path], tmp_pa
     assert "32 of 32 nodes change (+192 ~0 -0 labels, 64 resources)" in dry.stdout
     assert "dry_run of topology version 1: planned" in dry.stdout
     assert set(_blocks(kubeconfig).values()) == {None}
+    assert _queues(kubeconfig) == []
 
     first = runner.invoke(app, [])
     assert first.exit_code == 0, first.output
+    # (rich wraps long lines at the runner's 80 columns)
+    assert "objects: 7 created, 0 changed, 0 deleted; 1 namespace(s) created" in " ".join(first.stdout.split())
     assert set(_blocks(kubeconfig).values()) == {"ib-leaf-su01-r0-7"}
+    assert _queues(kubeconfig) == ["research"]
 
     # version 2 moves every host's block (a re-derived fabric); the guard refuses, --force applies
     hosts = tuple(dataclasses.replace(h, block="blk-moved") if h.role == "compute" else h for h in model.hosts)
     domains = tuple(dataclasses.replace(d, id="blk-moved", name="ib-leaf-su09-r[0-7]") if d.level == "block"
                     else d for d in model.domains)  # fmt: skip
     assert _store(dataclasses.replace(model, hosts=hosts, domains=domains)) == 2
+    # A dry run is not refused, but says what the guard would do.
+    dry2 = runner.invoke(app, ["--dry-run"])
+    assert dry2.exit_code == 0, dry2.output
+    assert ("the blast-radius guard would refuse this: 32 of 32 nodes change what we published (> 20% allowed);"
+            " applying needs --force") in " ".join(dry2.stdout.split())
     refused = runner.invoke(app, [])
     assert refused.exit_code == 1 and "refusing to change 32 of 32 nodes (100% > 20% allowed)" in refused.output
     # The refusal says what it compared against: this cluster's own state and the publish behind it.
@@ -108,8 +126,8 @@ def test_dry_run_publish_history_rollback_gitops(site: tuple[Path, Path], tmp_pa
         runs = conn.execute("SELECT topology_version, mode, status, forced, rollback_of FROM publish.runs ORDER BY id"
                             ).fetchall()  # fmt: skip
         assert runs == [(1, "dry_run", "planned", False, None), (1, "apply", "applied", False, None),
-                        (2, "apply", "refused", False, None), (2, "apply", "applied", True, None),
-                        (1, "rollback", "applied", True, 2)]  # fmt: skip
+                        (2, "dry_run", "planned", False, None), (2, "apply", "refused", False, None),
+                        (2, "apply", "applied", True, None), (1, "rollback", "applied", True, 2)]  # fmt: skip
         changes = conn.execute("SELECT change, count(*) FROM publish.label_changes l JOIN publish.runs r"
                                " ON r.id = l.run_id WHERE r.status = 'applied' AND r.topology_version = 2"
                                " GROUP BY change").fetchall()  # fmt: skip
