@@ -13,6 +13,12 @@ the watch is broken the last index stays in use. Until the first list succeeds `
 answers 503 (the readiness probe keeps us out of the Service) and ``/validate`` admits with a
 warning, as ``failurePolicy: Ignore`` would.
 
+An UPDATE is judged only when it changes what we judge (pod counts, GPUs per pod, topology
+annotations). Kueue itself updates the Jobs it manages (unsuspends them with the assigned node
+selectors, suspends them to evict or preempt), and the fabric may have shrunk since a Job was
+admitted: refusing those updates would leave Kueue unable to start or evict it (seen on the real
+control plane: tests/integration/test_kueue_admits.py).
+
 The process stops on SIGTERM and SIGINT with exit code 0 however it was started (SIGINT ignored
 included, as a background job of a non-interactive shell has it): uvicorn runs on a thread and
 the main thread owns the signals. Run in the main thread, uvicorn would install its own handlers
@@ -36,7 +42,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from core.publish.admission import BadWorkload, TopologyIndex, evaluate
+from core.publish.admission import (
+    PREFERRED,
+    REQUIRED,
+    SLICE_REQUIRED,
+    SLICE_SIZE,
+    UNCONSTRAINED,
+    BadWorkload,
+    TopologyIndex,
+    evaluate,
+    pod_sets,
+)
 
 log = logging.getLogger(__name__)
 MAX_BODY = 1024 * 1024  # the API server sends at most ~3 MiB objects; our workloads are small
@@ -116,6 +132,29 @@ class NodeIndexer:
             self.rebuilds += 1
 
 
+_JUDGED_ANNOTATIONS = (REQUIRED, PREFERRED, SLICE_REQUIRED, SLICE_SIZE, UNCONSTRAINED)
+
+
+def _judged(obj: Any) -> list[tuple[str, int, int, tuple[tuple[str, str], ...]]] | None:
+    """What a verdict depends on: per pod set its pods, GPUs per pod and topology annotations
+    (None if the object cannot be read as a workload)."""
+    if not isinstance(obj, Mapping):
+        return None
+    try:
+        sets = pod_sets(obj)
+    except BadWorkload:
+        return None
+    return [(ps.name, ps.pods, ps.gpus_per_pod, tuple(sorted((k, v) for k, v in ps.annotations.items()
+                                                               if k in _JUDGED_ANNOTATIONS)))
+            for ps in sets]  # fmt: skip
+
+
+def unchanged_for_us(old: Any, new: Any) -> bool:
+    """An UPDATE that leaves every judged field as it was (a readable old object is required)."""
+    before = _judged(old)
+    return before is not None and before == _judged(new)
+
+
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
                          "message": message}, status_code=status)  # fmt: skip
@@ -160,6 +199,8 @@ def make_app(holder: IndexHolder) -> Starlette:
         obj = req.get("object")
         if not isinstance(obj, dict):
             return _review(uid, False, "AdmissionReview.request.object is missing or not an object", code=400)
+        if req.get("operation") == "UPDATE" and unchanged_for_us(req.get("oldObject"), obj):
+            return _review(uid, True)  # judged when it was created; Kueue's own updates must pass
         index = holder.index
         if index is None:
             return _review(uid, True, warnings=["gpufabric topology index not loaded yet; not checked"])

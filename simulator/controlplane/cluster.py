@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import random
@@ -157,6 +158,20 @@ class ControlPlane:
         path = self.workdir / "kubeconfigs" / f"user-{safe}.kubeconfig"
         _write_kubeconfig(path, self.server, self.ca_file, pair.cert, pair.key, user=safe)
         return path
+
+    def serving_cert(self, name: str, hosts: Sequence[str] = ("localhost", "127.0.0.1")) -> tuple[Path, Path]:
+        """A server certificate of the plane's CA for ``hosts`` (DNS names and IP addresses):
+        what a webhook serves so the API server, given :attr:`ca_bundle`, trusts it."""
+        ips = tuple(h for h in hosts if _is_ip(h))
+        dns = tuple(h for h in hosts if not _is_ip(h))
+        safe = "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in name)
+        pair = Authority(self.workdir / "pki").issue(f"serving-{safe}", name, dns_names=dns, ips=ips, server=True)
+        return pair.cert, pair.key
+
+    @property
+    def ca_bundle(self) -> str:
+        """The plane's CA certificate, base64 PEM: a webhook configuration's ``caBundle``."""
+        return base64.b64encode(self.ca_file.read_bytes()).decode()
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -741,6 +756,34 @@ def kueue_webhook_configurations(manifest: Path, base_url: str, ca_pem: bytes) -
         doc["metadata"] = {"name": f"kueue-{doc['metadata']['name']}", "labels": {"app.kubernetes.io/name": "kueue"}}
         out.append(doc)
     return out
+
+
+def webhooks_at_url(config: Mapping[str, Any], base_url: str, ca_bundle: str) -> dict[str, Any]:
+    """A copy of a Validating/MutatingWebhookConfiguration whose webhooks call ``base_url``.
+
+    Each ``clientConfig.service`` (how a manifest for a real cluster names the webhook's Service)
+    becomes ``url: <base_url><service.path>`` with ``caBundle`` set: on loopback there is no
+    Service to route through. Everything else (rules, selectors, failurePolicy, timeoutSeconds,
+    sideEffects) is left exactly as the manifest says, so a test registers what we ship.
+    """
+    if config.get("kind") not in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        raise ValueError(f"not a webhook configuration: kind {config.get('kind')!r}")
+    out = json.loads(json.dumps(config))  # a deep copy that is plain JSON
+    for hook in out.get("webhooks") or []:
+        client_config = hook.get("clientConfig") or {}
+        path = (client_config.get("service") or {}).get("path") or "/"
+        if "url" in client_config and "service" not in client_config:
+            path = "/" + client_config["url"].split("://", 1)[-1].partition("/")[2]
+        hook["clientConfig"] = {"url": f"{base_url.rstrip('/')}{path}", "caBundle": ca_bundle}
+    return out
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _register_kueue_webhooks(api: Api, manifest: Path, base_url: str, ca_pem: bytes) -> None:

@@ -67,7 +67,11 @@ def binaries(kube_binaries: Binaries) -> Binaries:
 
 @pytest.fixture(scope="module")
 def plane(control_plane: ControlPlane) -> ControlPlane:
-    """The session's control plane with this file's nodes registered."""
+    """The session's control plane, emptied of earlier tests' nodes and queues, with this file's
+    nodes registered (its tests share them)."""
+    from simulator.controlplane.reset import reset
+
+    reset(control_plane)
     control_plane.register_nodes(NODES)
     return control_plane
 

@@ -1,19 +1,16 @@
 """The topology admission webhook over HTTPS (self-signed cert, AdmissionReview v1), with the
 4-SU fabric's published labels as its index: 4 blocks of 32 nodes x 8 GPUs; and its node index
-kept current by a watch on the Kubernetes twin, through 410 Gone, 5xx and a dropped connection.
-(The webhook as a process: test_controllers_processes.py.)"""
+kept current by a watch on the real API server, through 410 Gone, 5xx and a dropped connection
+(the fault proxy). (The webhook as a process: test_controllers_processes.py; registered on the
+API server, which calls it: test_admission_registration.py and test_kueue_admits.py.)"""
 
 from __future__ import annotations
 
 import json
-import socket
 import ssl
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,12 +23,6 @@ from controllers.topology_webhook import IndexHolder, NodeIndexer, Server
 from core.publish import LabelScheme, node_labels
 from core.publish.admission import TopologyIndex
 from core.topology import derive
-from simulator.generator import generate
-from simulator.kube import KubeTwinAdmin, start
-from simulator.kube.twin import write_kubeconfig
-from simulator.spec import load_spec
-from simulator.specs import resolve_spec_path
-from simulator.up import stop_pids
 from tests.unit.test_topology_support import observe, truth_with
 
 pytestmark = pytest.mark.integration
@@ -150,43 +141,36 @@ def test_bad_input_is_a_clear_error_never_a_500(webhook: httpx.Client) -> None:
     assert r.status_code == 200 and r.json()["response"]["allowed"] is True
 
 
+def test_an_update_is_judged_only_when_it_changes_what_we_judge(webhook: httpx.Client) -> None:
+    """Kueue suspends and unsuspends the Jobs it manages (an UPDATE each), also after the fabric
+    shrank under an admitted Job: such an update must pass, or Kueue cannot evict or start it."""
+
+    def update(obj: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+        body = review(obj)
+        body["request"].update({"operation": "UPDATE", "oldObject": old})
+        return body
+
+    big = job(40, 8, {REQ: BLOCK})  # no block holds it (test above)
+    suspended = {**big, "spec": {**big["spec"], "suspend": True}}
+    out = answer(webhook, update(suspended, big))
+    assert out["allowed"] is True and "status" not in out and "warnings" not in out
+    # what we judge changed: judged again
+    out = answer(webhook, update(big, job(32, 8, {REQ: BLOCK})))
+    assert out["allowed"] is False and "requires 40 pods x 8 GPUs" in out["status"]["message"]
+    out = answer(webhook, update(job(32, 8, {REQ: "kubernetes.io/hostname"}), job(32, 8, {REQ: BLOCK})))
+    assert out["allowed"] is False and "in one kubernetes.io/hostname domain" in out["status"]["message"]
+    # no readable old object: judged like a create
+    assert answer(webhook, update(big, None))["allowed"] is False
+    assert answer(webhook, update(big, {"kind": "Job", "spec": []}))["allowed"] is False
+
+
 def test_the_production_app_has_no_benchmark_route(webhook: httpx.Client) -> None:
     # the no-op peer lives in bench/bench_topology_webhook.py; production answers only /validate
     assert webhook.post("/allow", json=review(job(1, 8))).status_code == 404
     assert webhook.get("/healthz").text == "ok"
 
 
-# -- the index follows the cluster: a node watch on the Kubernetes twin ------------------------------
-
-
-
-@dataclass
-class KubeTwin:
-    url: str
-    kubeconfig: Path
-    admin: KubeTwinAdmin
-    core: client.CoreV1Api
-
-    def node_names(self) -> list[str]:
-        return sorted(str(n.metadata.name) for n in self.core.list_node().items)
-
-    def label(self, nodes: list[str], key: str, value: str | None) -> None:
-        for name in nodes:
-            self.core.patch_node(name, {"metadata": {"labels": {key: value}}})
-
-
-@pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeTwin]:
-    """A Kubernetes twin of the 1-SU cluster (32 nodes x 8 GPUs, no topology labels yet)."""
-    run = start(generate(load_spec(resolve_spec_path("h100-1su"))), tmp_path_factory.mktemp("topology-kube"))
-    kubeconfig = Path(run.extra["kubeconfig"])
-    api = api_client(ClusterTarget(kubeconfig=kubeconfig))
-    try:
-        yield KubeTwin(str(run.extra["url"]), kubeconfig, KubeTwinAdmin.from_kubeconfig(kubeconfig),
-                       client.CoreV1Api(api))
-    finally:
-        api.close()
-        stop_pids(run.pids)
+# -- the index follows the cluster: a node watch on the real API server, through the fault proxy ------
 
 
 def wait_for(what: str, check: Callable[[], bool], deadline_s: float = 60.0) -> None:
@@ -198,121 +182,71 @@ def wait_for(what: str, check: Callable[[], bool], deadline_s: float = 60.0) -> 
         time.sleep(0.05)
 
 
-class Proxy:
-    """A TCP forwarder in front of the twin whose connections the test can cut (a dropped watch:
-    a load balancer or an API server restart does this to a long-lived stream)."""
-
-    def __init__(self, upstream: str) -> None:
-        host, port = upstream.removeprefix("http://").split(":")
-        self.upstream = (host, int(port))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.open: list[socket.socket] = []
-        self.lock = threading.Lock()
-
-    def start(self) -> Proxy:
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self.listener.accept()
-            except OSError:
-                return
-            up = socket.create_connection(self.upstream)
-            with self.lock:
-                self.open += [down, up]
-            for a, b in ((down, up), (up, down)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def sever(self) -> int:
-        """Cut every open connection mid-stream; new ones are accepted as before."""
-        with self.lock:
-            cut, self.open = self.open, []
-        for s in cut:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-        return len(cut) // 2
-
-    def close(self) -> None:
-        self.listener.close()
-        self.sever()
-
-
 def blocks(holder: IndexHolder) -> dict[str, int]:
     """Block -> node count in the index the webhook answers from now."""
     index = holder.index
     return {} if index is None else {d.value: len(d.node_gpus) for d in index.domains[BLOCK]}
 
 
-def test_the_index_follows_relabels_through_410_5xx_and_a_dropped_watch(kube: KubeTwin, tmp_path: Path) -> None:
-    kube.admin.reset()
-    nodes = kube.node_names()
-    assert len(nodes) == 32
-    kube.label(nodes[:16], BLOCK, "blk-a")
-    kube.label(nodes[16:], BLOCK, "blk-b")
-    proxy = Proxy(kube.url).start()
-    # its own kubeconfig: with a token, the client re-applies the kubeconfig's server before every
-    # request, so an api_url override does not stick
-    api = api_client(ClusterTarget(kubeconfig=write_kubeconfig(tmp_path / "via-proxy", proxy.url, kube.admin.token)))
+def test_the_index_follows_relabels_through_410_5xx_and_a_dropped_watch(kube_cluster: Any, faults: Any) -> None:
+    """The webhook's node index (``NodeIndexer``, as ``python -m controllers topology-webhook``
+    runs it) with its client pointed at the fault proxy's kubeconfig; the relabels go straight to
+    the API server, as a publish or an operator would write them."""
+    # 16 nodes x 8 GPUs, registered with their block labels: blk-a and blk-b, 8 nodes each
+    nodes = kube_cluster.register_nodes([
+        {"name": f"idx-{i:02d}", "labels": {BLOCK: "blk-a" if i < 8 else "blk-b"}, "capacity": {"nvidia.com/gpu": "8"}}
+        for i in range(16)])  # fmt: skip
+    admin = api_client(ClusterTarget(kubeconfig=kube_cluster.kubeconfig))
+    core = client.CoreV1Api(admin)
+
+    def label(names: list[str], value: str | None) -> None:
+        for name in names:
+            core.patch_node(name, {"metadata": {"labels": {BLOCK: value}}})
+
+    api = api_client(ClusterTarget(kubeconfig=faults.kubeconfig))
     holder = IndexHolder()
-    # short backoffs keep the test quick; the defaults (0.5 s doubling to 30 s) suit production
-    indexer = NodeIndexer(holder, api, LabelScheme().topology_levels(), backoff_initial_s=0.05, backoff_max_s=0.5)
+    # Short backoffs keep the test quick (production: 0.5 s doubling to 30 s). The server ends
+    # each watch after 2 s (production: 300 s) and the index resumes it from where it was: that
+    # resumed request is the one the 410 below answers, as after a compaction.
+    indexer = NodeIndexer(holder, api, LabelScheme().topology_levels(), backoff_initial_s=0.05, backoff_max_s=0.5,
+                          watch_timeout_s=2)  # fmt: skip
     stats = indexer.watch.stats
     try:
         indexer.start()
         wait_for("the first list", lambda: holder.index is not None)
-        assert blocks(holder) == {"blk-a": 16, "blk-b": 16}
+        assert blocks(holder) == {"blk-a": 8, "blk-b": 8}
         assert holder.index is not None and holder.index.max_node_gpus == 8
         assert stats.lists == 1
 
         # A relabel arrives as a watch event: no second list.
-        kube.label(nodes[16:20], BLOCK, "blk-a")
-        wait_for("4 nodes moving to blk-a", lambda: blocks(holder) == {"blk-a": 20, "blk-b": 12})
-        kube.core.delete_node(nodes[31])
-        kube.label(nodes[30:31], BLOCK, None)  # unlabelled: in no block
-        wait_for("a deleted and an unlabelled node", lambda: blocks(holder) == {"blk-a": 20, "blk-b": 10})
-        assert stats.lists == 1 and stats.events >= 6 and stats.failures == 0
+        label(nodes[8:10], "blk-a")
+        wait_for("2 nodes moving to blk-a", lambda: blocks(holder) == {"blk-a": 10, "blk-b": 6})
+        core.delete_node(nodes[15])
+        label(nodes[14:15], None)  # unlabelled: in no block
+        wait_for("a deleted and an unlabelled node", lambda: blocks(holder) == {"blk-a": 10, "blk-b": 4})
+        assert stats.lists == 1 and stats.events >= 4 and stats.failures == 0
 
-        # 410 Gone: the history the watch stands on is compacted away (another write first, so the
-        # watch's resourceVersion is below the new floor); the next two lists answer 500 (set first:
-        # the open watch may see the 410 as soon as the compaction, before the relabel).
-        kube.admin.set_faults({"paths": ["/api/v1/nodes"], "methods": ["GET"], "status_5xx_next": 2})
-        kube.core.create_namespace({"metadata": {"name": f"w-{uuid.uuid4().hex[:6]}"}})
-        kube.admin.compact()
-        kube.label(nodes[20:24], BLOCK, "blk-a")
-        wait_for("the relabel after a 410 and two failed lists", lambda: blocks(holder) == {"blk-a": 24, "blk-b": 6})
+        # 410 Gone on the next watch (the history it resumes from was compacted away), then the
+        # next two lists answer 500. One answer per request: the watch takes the 410, the lists
+        # the 500s.
+        faults.set_faults([
+            {"paths": ["/api/v1/nodes"], "methods": ["GET"], "expire_watches_next": 1},
+            {"paths": ["/api/v1/nodes"], "methods": ["GET"], "status_5xx_next": 2},
+        ])  # fmt: skip
+        wait_for("the 410 and the two failed lists", lambda: stats.lists == 2)
+        label(nodes[10:12], "blk-a")
+        wait_for("the relabel after a 410 and two failed lists", lambda: blocks(holder) == {"blk-a": 12, "blk-b": 2})
+        assert faults.fired["expired"] == 1 and faults.fired["5xx"] == 2
         assert stats.expired == 1 and stats.failures == 2 and stats.last_error.startswith("HTTP 500")
-        assert stats.lists == 2
-        kube.admin.clear_faults()
+        faults.clear_faults()
 
-        # A dropped connection mid-watch: back off, re-list, watch again.
-        wait_for("the watch to be open", lambda: indexer.watch.watching)
-        assert proxy.sever() >= 1
-        kube.label(nodes[:8], BLOCK, "blk-c")
-        wait_for("the relabel after the watch was cut", lambda: blocks(holder) == {"blk-a": 16, "blk-b": 6, "blk-c": 8})
-        assert stats.failures == 3 and stats.lists == 3
+        # A connection dropped mid-watch (cut without its last chunk): back off, re-list, watch again.
+        wait_for("an open watch to cut", lambda: indexer.watch.watching and faults.drop_watches("/api/v1/nodes") >= 1)
+        label(nodes[:4], "blk-c")
+        wait_for("the relabel after the watch was cut", lambda: blocks(holder) == {"blk-a": 8, "blk-b": 2, "blk-c": 4})
+        assert stats.failures == 3 and stats.lists == 3 and stats.expired == 1
     finally:
         indexer.stop()
-        proxy.close()
         api.close()
-        kube.admin.clear_faults()
-        kube.admin.reset()
+        admin.close()
     assert not indexer.watch.watching  # stop() closed the open watch
