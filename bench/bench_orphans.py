@@ -1,8 +1,11 @@
 """Orphan reaping on the 847-pod crash replay: our reaper against a naive list-and-delete loop.
 
 Both contenders face the same incident (simulator/agents_crash.py: 847 pods, three crashes
-orphaning 279 pods with 200 GPU workers, healthy trees renewing their Leases beside them) on a
-fresh Kubernetes twin each, with the same Lease duration and the same period:
+orphaning 279 pods with 200 GPU workers, healthy trees renewing their Leases beside them) on the
+bench's own real control plane (``simulator.controlplane.up`` in a temporary directory: etcd,
+kube-apiserver, kube-scheduler, kube-controller-manager, Kueue and the node agent), emptied before
+each run and given fresh namespaces and fake GPU nodes, with the same Lease duration and the same
+period:
 
 * ours: ``controllers.reaper.Reaper`` (``core.orphans`` policy: grace after expiry, a per-pass
   delete cap, a blast-radius share, re-verification before each delete, one audit row each);
@@ -10,20 +13,21 @@ fresh Kubernetes twin each, with the same Lease duration and the same period:
   here: every period, list every pod and every Lease through the same API and delete, one
   DELETE after another, each agent pod whose own, parent's or root's Lease has expired or is
   missing. No grace, no cap, no audit. (Kubernetes' ownerReference garbage collection is not a
-  peer: it needs kube-controller-manager, which the twin does not run, and it cannot see the
-  "hung" crash, where the orchestrator's pod stays Running and only its Lease goes stale.)
+  peer: ownerReferences cannot span a tree spawned through in-cluster API calls, and it cannot
+  see the "hung" crash, where the orchestrator's pod stays Running and only its Lease goes stale.)
 
-One observer measures both the same way: a watch on agent pods records when each orphan's
-DELETED event arrives; a crash's figure is crash -> its last orphan gone. Rounds alternate which
-contender goes first. Each run is also judged: orphans left and healthy pods lost (the naive
-loop is expected to be quicker by the grace it skips; a loss of healthy pods would be its price).
+One observer measures both the same way: a reflector on agent pods (list, then watch from its
+resourceVersion) records when each orphan's deletion arrives; a crash's figure is crash -> its
+last orphan gone. Rounds alternate which contender goes first. Each run is also judged: orphans
+left and healthy pods lost (the naive loop is expected to be quicker by the grace it skips; a
+loss of healthy pods would be its price).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
+import shutil
 import statistics
 import tempfile
 import threading
@@ -31,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +43,7 @@ from bench.common import Spread, ratio_line, rotation
 from connectors.kube import ClusterTarget
 
 P = "gpufabric.io"
-
+GPUS_PER_NODE = 8
 
 
 @dataclass
@@ -52,39 +57,37 @@ class Outcome:
 
 
 class DeletionWatch:
-    """Arrival time of every DELETED event of an agent pod, from one watch on all namespaces."""
+    """When each agent pod went: a reflector (``connectors.kube.watch.ListWatch``) on agent pods;
+    a pod that leaves its copy (a DELETED event, or missing from a re-list) is stamped then."""
 
     def __init__(self, api: Any) -> None:
-        from kubernetes import client, watch
+        from kubernetes import client
 
-        self.core = client.CoreV1Api(api)
+        from connectors.kube.watch import ListWatch
+
         self.gone: dict[str, datetime] = {}
-        self._watch = watch.Watch()
-        self._stop = threading.Event()
-        listed = self.core.list_pod_for_all_namespaces(label_selector=f"{P}/agent-id")
-        self._rv = listed.metadata.resource_version if listed.metadata is not None else None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self._known: set[str] = set()
+        core = client.CoreV1Api(api)
+        self._watch = ListWatch(partial(core.list_pod_for_all_namespaces, label_selector=f"{P}/agent-id"),
+                                name="bench-deletions", on_change=self._changed, transform=_uid_only)  # fmt: skip
+        self._watch.start()
+        if not self._watch.synced.wait(120):
+            raise RuntimeError(f"the deletion watch never listed: {self._watch.stats.last_error}")
 
-    def _run(self) -> None:
-        from urllib3.exceptions import ProtocolError
-
-        while not self._stop.is_set():
-            try:
-                for event in self._watch.stream(self.core.list_pod_for_all_namespaces, label_selector=f"{P}/agent-id",
-                                                resource_version=self._rv, timeout_seconds=5):  # fmt: skip
-                    self._rv = event["object"].metadata.resource_version
-                    if event["type"] == "DELETED":
-                        self.gone.setdefault(str(event["object"].metadata.uid), datetime.now(UTC))
-                    if self._stop.is_set():
-                        break
-            except ProtocolError:  # the twin ended the chunked stream early: resume from the last version
-                continue
+    def _changed(self) -> None:
+        now = datetime.now(UTC)
+        uids = {str(o["metadata"]["uid"]) for o in self._watch.snapshot()}
+        for uid in self._known - uids:
+            self.gone.setdefault(uid, now)
+        self._known = uids
 
     def stop(self) -> None:
-        self._stop.set()
-        self._watch.stop()
-        self._thread.join(timeout=10)
+        self._watch.stop(timeout_s=10)
+
+
+def _uid_only(pod: dict[str, Any]) -> dict[str, Any]:
+    meta = pod.get("metadata") or {}
+    return {"metadata": {"namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid")}}
 
 
 def naive_loop(api: Any, period_s: float, stop: threading.Event, deleted: list[str]) -> None:
@@ -126,27 +129,37 @@ def naive_loop(api: Any, period_s: float, stop: threading.Event, deleted: list[s
                         raise
 
 
-def run_once(contender: str, args: argparse.Namespace, warehouse: Any) -> Outcome:
-    """Fresh twin, build the workload, start the contender, crash three trees, wait, judge."""
+def run_once(contender: str, args: argparse.Namespace, warehouse: Any, plane: Any) -> Outcome:
+    """Empty the plane, build the workload, start the contender, crash three trees, wait, judge."""
+    from kubernetes import client
+
     from connectors.kube import api_client
     from connectors.kube.agents import Orchestrator, Spawn
     from controllers.reaper import Reaper
     from core.orphans import OrphanPolicy
-    from simulator.agents_crash import AgentSdk, CrashReplay
-    from simulator.generator import generate
-    from simulator.kube import start
-    from simulator.spec import load_spec
-    from simulator.specs import resolve_spec_path
+    from simulator.agents.plane import delete_pods_now, gpu_nodes, namespaces, wait_for_no_foreign_pods
+    from simulator.agents_crash import AgentSdk, CrashReplay, gpus_requested
+    from simulator.controlplane.reset import reset
 
-    workdir = Path(tempfile.mkdtemp(prefix=f"bench-orphans-{contender}-"))
-    run = start(generate(load_spec(resolve_spec_path("h100-1su"))), workdir)
-    api = api_client(ClusterTarget(kubeconfig=Path(run.extra["kubeconfig"])))
-    replay = CrashReplay(api, AgentSdk(Orchestrator, Spawn), lease_duration_s=args.lease, renew_period_s=1.0)
+    reset(plane)
+    mine = namespaces(plane, 3, f"bench-{contender}")
+    plane.register_nodes(gpu_nodes(f"bench-{contender}", -(-gpus_requested() // GPUS_PER_NODE) + 4))
+    # The agents and the contender are separate programs, each with its own client; the agents'
+    # keeps a connection for each heartbeat thread and spawner.
+    base = api_client(ClusterTarget(kubeconfig=plane.kubeconfig))
+    base.close()
+    base.configuration.connection_pool_maxsize = 32
+    agents = client.ApiClient(base.configuration)
+    api = api_client(ClusterTarget(kubeconfig=plane.kubeconfig))
+    replay = CrashReplay(agents, AgentSdk(Orchestrator, Spawn), lease_duration_s=args.lease, renew_period_s=1.0,
+                         namespaces=dict(zip(("agents-a", "agents-b", "agents-c"), mine, strict=True)))  # fmt: skip
     stop = threading.Event()
     deleted: list[str] = []
     stopper: Callable[[], None]
+    watcher: DeletionWatch | None = None
     try:
         workload = replay.build()
+        wait_for_no_foreign_pods(plane, mine)  # the last run's namespaces are gone: only this workload
         watcher = DeletionWatch(api)
         if contender == "ours":
             policy = OrphanPolicy(grace_s=args.grace, delete_grace_s=0, max_deletes_per_pass=args.cap,
@@ -162,13 +175,12 @@ def run_once(contender: str, args: argparse.Namespace, warehouse: Any) -> Outcom
         for tree in ("c1", "c2", "c3"):
             replay.crash(tree)
             time.sleep(1.0)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # a hang guard: a loaded machine is slow, not broken
         while time.monotonic() < deadline and not workload.expected_orphans <= watcher.gone.keys():
             time.sleep(0.2)
         time.sleep(2 * args.period)  # two more passes: whatever else either loop would delete, it does now
         stopper()
         thread.join(timeout=10)
-        watcher.stop()
         live = replay.live_uids()
         outcome = Outcome(left=len(live & workload.expected_orphans), healthy_lost=len(workload.healthy - live))
         for crash in workload.crashes:
@@ -181,9 +193,12 @@ def run_once(contender: str, args: argparse.Namespace, warehouse: Any) -> Outcom
         return outcome
     finally:
         stop.set()
+        if watcher is not None:
+            watcher.stop()
         replay.stop()
         api.close()
-        os.kill(run.pids[0], signal.SIGTERM)
+        agents.close()
+        delete_pods_now(plane, mine)  # the next run's reset need not wait for ~570 graceful deletions
 
 
 def main(argv: list[str]) -> int:
@@ -198,17 +213,20 @@ def main(argv: list[str]) -> int:
     rounds = args.rounds or (2 if args.quick else 4)
 
     from connectors.warehouse import open_warehouse
+    from simulator.controlplane import down, up
 
     warehouse = open_warehouse()
-    print(f"847-pod crash replay (279 orphans, 200 GPU workers, 3 crashes); lease {args.lease}s, period "
-          f"{args.period}s; ours: grace {args.grace}s, cap {args.cap}/pass; {rounds} rounds, "
-          "order alternating")  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="bench-orphans-"))
+    plane = up(workdir)
+    print(f"847-pod crash replay (279 orphans, 200 GPU workers, 3 crashes) on kube-apiserver "
+          f"{plane.kubernetes_version}; lease {args.lease}s, period {args.period}s; ours: grace {args.grace}s, "
+          f"cap {args.cap}/pass; {rounds} rounds, order alternating")  # fmt: skip
     results: dict[str, list[Outcome]] = {"ours": [], "peer": []}
     failed = False
     try:
         for k in range(rounds):
             for contender in rotation(["ours", "peer"], k):
-                o = run_once(contender, args, warehouse)
+                o = run_once(contender, args, warehouse, plane)
                 results[contender].append(o)
                 crashes = ", ".join(f"{name} {s:.1f}s" for name, s in o.per_crash.items())
                 print(f"  round {k + 1} {contender:4s}: first crash -> last orphan gone {o.overall:5.1f}s; "
@@ -217,6 +235,8 @@ def main(argv: list[str]) -> int:
                 failed |= contender == "ours" and (o.left > 0 or o.healthy_lost > 0)
     finally:
         warehouse.dispose()
+        down(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
     ours, peer = ([o.overall for o in results[c]] for c in ("ours", "peer"))
     print(f"  ours: {Spread.of(ours).fmt('.1f', ' s')}")
     print(f"  peer (naive list-and-delete loop): {Spread.of(peer).fmt('.1f', ' s')}")

@@ -10,7 +10,8 @@ Steps as executed: *gate* = annotate ``<p>/suspended: "true"`` (Kubernetes only 
 gates be removed after creation, never added, so the agent runtime's suspend convention — the
 one the orphan reaper already reads — stands in); *deadline* = set ``activeDeadlineSeconds``
 (upstream allows lowering it on a running pod); *delete* = delete with the pod's uid as a
-precondition. ``alert_only`` writes an ``alert`` row and touches nothing.
+precondition (and the patches name the uid too: a pod re-created under the same name since the
+list is refused, not stopped). ``alert_only`` writes an ``alert`` row and touches nothing.
 """
 
 from __future__ import annotations
@@ -150,13 +151,19 @@ def reconcile_once(
 
 
 def _execute(core: client.CoreV1Api, step: Step, pod: LivePod, config: BudgetConfig, deadline_s: int) -> str:
+    """Each step names the pod's uid: a pod deleted and re-created under the same name since the
+    list is not the one the plan is about. A delete's uid precondition is answered 409; a patch
+    carrying another uid than the pod's is refused too (422: the uid is immutable)."""
     try:
         if step is Step.GATE:
             core.patch_namespaced_pod(
-                pod.name, pod.namespace, {"metadata": {"annotations": {config.key("suspended"): "true"}}}
+                pod.name, pod.namespace,
+                {"metadata": {"uid": pod.uid, "annotations": {config.key("suspended"): "true"}}},
             )
         elif step is Step.DEADLINE:
-            core.patch_namespaced_pod(pod.name, pod.namespace, {"spec": {"activeDeadlineSeconds": deadline_s}})
+            core.patch_namespaced_pod(
+                pod.name, pod.namespace, {"metadata": {"uid": pod.uid}, "spec": {"activeDeadlineSeconds": deadline_s}}
+            )
         elif step is Step.DELETE:
             core.delete_namespaced_pod(
                 pod.name, pod.namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid))

@@ -19,13 +19,16 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
+from typing import Any
 
 import psycopg
 import urllib3
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from connectors.kube.agents import Clock, PassReport, reap_once, utcnow
+from connectors.kube.watch import ListWatch
 from connectors.warehouse import Warehouse, copy_rows
 from core.orphans import AUDIT_COLUMNS, AUDIT_TABLE, Action, Decision, OrphanPolicy, RootState, audit_rows
 
@@ -58,6 +61,7 @@ class Reaper:
     passes: int = 0
     errors: int = 0
     last_error: str = ""
+    watcher: ListWatch | None = None  # the pod watch while :meth:`run` runs (its stats show re-lists)
     _audited: set[tuple[str, str, str]] = field(default_factory=set)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -107,10 +111,7 @@ class Reaper:
 
     def run(self, *, until: Callable[[], bool] | None = None, watch_pods: bool = True) -> None:
         """Pass every ``period_s`` (or sooner when a pod is deleted) until :meth:`stop` or ``until()``."""
-        watcher = None
-        if watch_pods:
-            watcher = threading.Thread(target=self._watch, name="reaper-watch", daemon=True)
-            watcher.start()
+        watcher = self.watcher = self._deletions().start() if watch_pods else None
         try:
             while not self._stop.is_set() and not (until is not None and until()):
                 started: datetime = self.clock()
@@ -121,27 +122,37 @@ class Reaper:
         finally:
             self._stop.set()
             if watcher is not None:
-                watcher.join(timeout=3)
+                watcher.stop(timeout_s=3)
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
 
-    def _watch(self) -> None:
-        """Wake the loop when a managed pod is deleted; restart the watch on any error (410 included)."""
+    def _deletions(self) -> ListWatch:
+        """A reflector on managed pods that wakes the loop when one goes. It lists once, then
+        watches from the list's resourceVersion, resumes where a watch ended and re-lists only
+        after a 410 or a failure (``connectors.kube.watch``): a watch restarted without a
+        resourceVersion would replay every pod as ADDED each time. A pod that went while the
+        watch was down shows as a smaller re-list, and wakes the loop too."""
         core = client.CoreV1Api(self.api)
         selector = f"{self.policy.prefix}/agent-id"
-        while not self._stop.is_set():
-            w = watch.Watch()
-            try:
-                for event in w.stream(core.list_pod_for_all_namespaces, label_selector=selector,
-                                      timeout_seconds=2, _request_timeout=5):
-                    if self._stop.is_set():
-                        break
-                    if event.get("type") == "DELETED":
-                        self._wake.set()
-            except Exception as exc:  # a broken watch only costs latency: the timer still runs
-                log.debug("pod watch restarting: %s", exc)
-                self._stop.wait(0.5)
-            finally:
-                w.stop()
+        if self.namespace is None:
+            list_call = partial(core.list_pod_for_all_namespaces, label_selector=selector)
+        else:
+            list_call = partial(core.list_namespaced_pod, self.namespace, label_selector=selector)
+        known = [0]
+
+        def changed() -> None:
+            count = len(watcher.snapshot())
+            if count < known[0]:
+                self._wake.set()
+            known[0] = count
+
+        watcher = ListWatch(list_call, name="reaper-pods", on_change=changed, transform=_identity_only)
+        return watcher
+
+
+def _identity_only(pod: dict[str, Any]) -> dict[str, Any]:
+    """All the wake-up needs of a pod: which one it is (a pod's spec and status are kilobytes)."""
+    meta = pod.get("metadata") or {}
+    return {"metadata": {k: meta.get(k) for k in ("namespace", "name", "uid", "resourceVersion")}}

@@ -67,6 +67,7 @@ class Spawn:
     image: str = "busybox"
     agent_id: str | None = None  # default: a fresh uuid-based id
     name: str | None = None  # pod name; default: "agent-<agent id>"
+    node_selector: Mapping[str, str] | None = None  # a node pool (e.g. CPU-only nodes) to run on
 
 
 def agent_pod_manifest(
@@ -92,6 +93,8 @@ def agent_pod_manifest(
     if spawn.gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": str(spawn.gpus)}}
     spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+    if spawn.node_selector:
+        spec["nodeSelector"] = dict(spawn.node_selector)
     if spawn.gated:
         spec["schedulingGates"] = [{"name": f"{prefix}/admission"}]
     return {

@@ -1,6 +1,8 @@
-"""``python -m controllers budget-reconciler`` as deployed: a real process against the Kubernetes
-twin and a fresh database on the test server, configured by a site file's ``budget:`` section.
-Pod ages are the reconciler's clock minus the creationTimestamp the twin's API server stamped."""
+"""``python -m controllers budget-reconciler`` as deployed: a real process against the real
+control plane (``kube_cluster``) and a fresh database on the test server, configured by a site
+file's ``budget:`` section. Pod ages are the reconciler's clock minus the creationTimestamp the
+API server stamped; the tree's pods run on a node of the test's own (see
+``test_budget_incident._setup_over_budget_tree``)."""
 
 from __future__ import annotations
 
@@ -20,54 +22,45 @@ from kubernetes import client
 from connectors.kube import ClusterTarget, api_client
 from connectors.warehouse import open_warehouse
 from core.budget import BudgetConfig
-from simulator.generator import generate
-from simulator.kube import start
-from simulator.spec import load_spec
-from simulator.specs import resolve_spec_path
-from simulator.up import stop_pids
-from tests.integration.test_budget_incident import _setup_over_budget_tree, _wait_until_old
+from tests.integration.test_budget_incident import _setup_over_budget_tree, _wait_until_old, wait_for_pods
 
 pytestmark = pytest.mark.integration
-NS = "agents"
-
-
 
 SITE = """\
 version: 1
 budget:
-  governed_namespaces: [agents]
+  governed_namespaces: [{namespace}]
   envelopes:
-    acme: {gpu_hours: 10, cost_usd: 100, max_live_pods: 10, max_depth: 3, max_fan_out: 10}
-  usd_per_gpu_hour: {"*": 3}
-  reconciler: {period_s: 0.2, stop_deadline_s: 600}
+    acme: {{gpu_hours: 10, cost_usd: 100, max_live_pods: 10, max_depth: 3, max_fan_out: 10}}
+  usd_per_gpu_hour: {{"*": 3}}
+  reconciler: {{period_s: 0.2, stop_deadline_s: 600}}
 """
 
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[client.CoreV1Api, Path]]:
-    run = start(generate(load_spec(resolve_spec_path("h100-1su"))), tmp_path_factory.mktemp("budget-entry-twin"))
-    kubeconfig = Path(run.extra["kubeconfig"])
-    api = api_client(ClusterTarget(kubeconfig=kubeconfig))
+@pytest.fixture
+def cluster(kube_cluster: Any) -> Iterator[tuple[Any, client.CoreV1Api, Path]]:
+    api = api_client(ClusterTarget(kubeconfig=kube_cluster.kubeconfig))
     try:
-        yield client.CoreV1Api(api), kubeconfig
+        yield kube_cluster, client.CoreV1Api(api), Path(kube_cluster.kubeconfig)
     finally:
         api.close()
-        stop_pids(run.pids)
 
 
-def _pods(core: client.CoreV1Api, root: str) -> dict[str, Any]:
-    items = core.list_namespaced_pod(NS, label_selector=f"gpufabric.io/root-id={root}").items
-    return {str(p.metadata.name): p for p in items if p.metadata is not None}
+def _pods(core: client.CoreV1Api, namespace: str, root: str) -> dict[str, Any]:
+    """The tree's pods, those being deleted left out."""
+    items = core.list_namespaced_pod(namespace, label_selector=f"gpufabric.io/root-id={root}").items
+    return {str(p.metadata.name): p for p in items if p.metadata is not None and not p.metadata.deletion_timestamp}
 
 
 def test_dry_run_then_enforcing_then_sigterm(
-    twin: tuple[client.CoreV1Api, Path], fresh_database_url: str, tmp_path: Path
+    cluster: tuple[Any, client.CoreV1Api, Path], kube_namespace: str, fresh_database_url: str, tmp_path: Path
 ) -> None:
     from settings import budget_config_from_settings, load_settings
 
-    core, kubeconfig = twin
+    plane, core, kubeconfig = cluster
+    ns = kube_namespace
     site = tmp_path / "gpufabric.yaml"
-    site.write_text(SITE)
+    site.write_text(SITE.format(namespace=ns))
     config: BudgetConfig = budget_config_from_settings(load_settings(site))
     root = "entry-root"
     wh = open_warehouse(fresh_database_url)
@@ -84,9 +77,9 @@ def test_dry_run_then_enforcing_then_sigterm(
     ]
     try:
         with psycopg.connect(fresh_database_url, autocommit=True) as conn:
-            # 12 GPU-h measured of a 10 GPU-h envelope; the twin stamps each pod's creationTimestamp,
-            # and leaf -a is created a second after -b (newest by time, first by name)
-            created = _setup_over_budget_tree(core, conn, config, root)
+            # 12 GPU-h measured of a 10 GPU-h envelope; the API server stamps each pod's
+            # creationTimestamp, and leaf -a is created a second after -b (newest by time, first by name)
+            created = _setup_over_budget_tree(plane, core, ns, conn, config, root)
 
             # Dry run (the default): the plan is audited, nothing changes. The leaves are younger than
             # the site's 600 s stop deadline by the server's stamps, so they would get a deadline.
@@ -106,7 +99,7 @@ def test_dry_run_then_enforcing_then_sigterm(
             assert conn.execute("SELECT state FROM agents.envelopes WHERE root_id = %s", (root,)).fetchone() == (
                 "open",
             )
-            pods = _pods(core, root)
+            pods = _pods(core, ns, root)
             assert len(pods) == 4 and not (pods[f"{root}-c"].metadata.annotations or {}).get("gpufabric.io/suspended")
 
             # Enforcing: the pending leaf is suspended, the running leaves (newest first) get the
@@ -122,7 +115,7 @@ def test_dry_run_then_enforcing_then_sigterm(
                 "SELECT action, pod FROM agents.budget_audit WHERE NOT alert_only ORDER BY id"
             ).fetchall()
             assert steps == [("gate", f"{root}-c"), ("deadline", f"{root}-a"), ("deadline", f"{root}-b")]
-            pods = _pods(core, root)
+            pods = _pods(core, ns, root)
             assert root in pods and pods[f"{root}-c"].metadata.annotations["gpufabric.io/suspended"] == "true"
             assert pods[f"{root}-a"].spec.active_deadline_seconds == 600
 
@@ -141,7 +134,8 @@ def test_dry_run_then_enforcing_then_sigterm(
                 "SELECT action, pod FROM agents.budget_audit WHERE NOT alert_only ORDER BY id"
             ).fetchall()
             assert steps[3:] == [("delete", f"{root}-a"), ("delete", f"{root}-b")]
-            assert sorted(_pods(core, root)) == sorted([root, f"{root}-c"])
+            assert sorted(_pods(core, ns, root)) == sorted([root, f"{root}-c"])
+            wait_for_pods(core, ns, root, {root, f"{root}-c"})  # graceful deletion, finished by the node agent
 
             last_id = conn.execute("SELECT max(id) FROM agents.budget_audit").fetchone()[0]  # type: ignore[index]
 

@@ -1,6 +1,7 @@
 """``python -m controllers topology-webhook`` and ``python -m controllers reaper`` as users run
-them: real processes against the Kubernetes twin (and, for the reaper, a fresh database on the
-test server), watched doing their work, then stopped by a signal.
+them: real processes against the real control plane (``kube_cluster``: h100-1su's nodes under
+names of the test's own; and, for the reaper, a fresh database on the test server), watched doing
+their work, then stopped by a signal.
 
 Every process is stopped by SIGTERM or SIGINT, with default signal handling and with SIGINT
 inherited as ignored (how a background job of a non-interactive shell, nohup, or many CI runners
@@ -28,20 +29,16 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import yaml
 from kubernetes import client
 
 from connectors.kube import ClusterTarget, api_client
 from connectors.kube.agents import Orchestrator, Spawn
 from controllers.tls import self_signed_cert
-from simulator.generator import generate
-from simulator.kube import KubeTwinAdmin, start
-from simulator.spec import load_spec
-from simulator.specs import resolve_spec_path
-from simulator.up import stop_pids
+from simulator.agents.plane import gpu_nodes, spec_nodes, wait_for_no_foreign_pods
 
 pytestmark = pytest.mark.integration
 P = "gpufabric.io"
-NS = "reap"
 BLOCK = "fabric.gpufabric.io/block"
 REQ = "kueue.x-k8s.io/podset-required-topology"
 HANG_GUARD_S = 60.0
@@ -70,10 +67,13 @@ def review(obj: Any) -> dict[str, Any]:
 
 
 @dataclass
-class Twin:
-    kubeconfig: Path
-    admin: KubeTwinAdmin
+class Cluster:
+    plane: Any
     api: client.ApiClient
+
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.plane.kubeconfig)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -82,24 +82,28 @@ class Twin:
     def pod_names(self, namespace: str) -> set[str]:
         return {str(p.metadata.name) for p in self.core.list_namespaced_pod(namespace).items if p.metadata}
 
+    def all_running(self, namespace: str) -> bool:
+        return all(p.status.phase == "Running" for p in self.core.list_namespaced_pod(namespace).items)
 
-@pytest.fixture(scope="module")
-def twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Twin]:
-    run = start(generate(load_spec(resolve_spec_path("h100-1su"))), tmp_path_factory.mktemp("processes-twin"))
-    kubeconfig = Path(run.extra["kubeconfig"])
-    api = api_client(ClusterTarget(kubeconfig=kubeconfig))
+
+def _cluster(plane: Any) -> Iterator[Cluster]:
+    api = api_client(ClusterTarget(kubeconfig=plane.kubeconfig))
     try:
-        yield Twin(kubeconfig, KubeTwinAdmin.from_kubeconfig(kubeconfig), api)
+        yield Cluster(plane, api)
     finally:
         api.close()
-        stop_pids(run.pids)
 
 
 @pytest.fixture
-def fresh(twin: Twin) -> Iterator[Twin]:
-    twin.admin.reset()
-    yield twin
-    twin.admin.reset()
+def fresh(kube_cluster: Any) -> Iterator[Cluster]:
+    """The plane emptied of earlier tests' nodes: a test registers its own."""
+    yield from _cluster(kube_cluster)
+
+
+@pytest.fixture
+def shared(control_plane: Any) -> Iterator[Cluster]:
+    """The plane as it is: for processes that only need an API server to talk to."""
+    yield from _cluster(control_plane)
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +181,7 @@ class Webhook:
         return out
 
 
-def _start_webhook(twin: Twin, tls: tuple[Path, Path], log: Path, *, sigint_ignored: bool = False) -> Webhook:
+def _start_webhook(twin: Cluster, tls: tuple[Path, Path], log: Path, *, sigint_ignored: bool = False) -> Webhook:
     cert, key = tls
     # port 0: the webhook binds a free port itself and logs it (no race with parallel tests)
     proc = _spawn(["topology-webhook", "--kubeconfig", str(twin.kubeconfig), "--cert", str(cert), "--key", str(key),
@@ -209,15 +213,15 @@ def _start_webhook(twin: Twin, tls: tuple[Path, Path], log: Path, *, sigint_igno
     return Webhook(proc, http)
 
 
-def _label(twin: Twin, nodes: list[str], value: str | None) -> None:
+def _label(twin: Cluster, nodes: list[str], value: str | None) -> None:
     for name in nodes:
         twin.core.patch_node(name, {"metadata": {"labels": {BLOCK: value}}})
 
 
 def test_topology_webhook_answers_from_the_clusters_labels_and_follows_a_relabel(
-    fresh: Twin, tls: tuple[Path, Path], tmp_path: Path
+    fresh: Cluster, tls: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    nodes = sorted(str(n.metadata.name) for n in fresh.core.list_node().items)
+    nodes = sorted(fresh.plane.register_nodes(spec_nodes("h100-1su", f"topo{uuid.uuid4().hex[:6]}")))
     assert len(nodes) == 32  # 8 GPUs each
     _label(fresh, nodes[:16], "blk-a")
     _label(fresh, nodes[16:], "blk-b")
@@ -228,7 +232,7 @@ def test_topology_webhook_answers_from_the_clusters_labels_and_follows_a_relabel
         assert denied["allowed"] is False and denied["status"]["message"] == (
             "the workload requires 20 pods x 8 GPUs in one fabric.gpufabric.io/block domain, but the largest "
             "fabric.gpufabric.io/block domain (blk-a) has 128 GPUs on 16 nodes and holds 16 pods of 8 GPUs")
-        nine = hook.answer(job(1, 9, {REQ: "kubernetes.io/hostname"}))  # the twin's nodes have 8 GPUs
+        nine = hook.answer(job(1, 9, {REQ: "kubernetes.io/hostname"}))  # h100-1su's nodes have 8 GPUs
         assert nine["allowed"] is False and "holds 0 pods of 9 GPUs" in nine["status"]["message"]
 
         # Relabel 4 nodes while it runs: the next verdicts count them in blk-a (a watch, not a poll).
@@ -263,9 +267,9 @@ WEBHOOK_SIGNALS = [
 
 @pytest.mark.parametrize(("sig", "sigint_ignored"), WEBHOOK_SIGNALS)
 def test_topology_webhook_stops_cleanly_on_signals(
-    twin: Twin, tls: tuple[Path, Path], tmp_path: Path, sig: signal.Signals, sigint_ignored: bool
+    shared: Cluster, tls: tuple[Path, Path], tmp_path: Path, sig: signal.Signals, sigint_ignored: bool
 ) -> None:
-    hook = _start_webhook(twin, tls, tmp_path / "webhook.log", sigint_ignored=sigint_ignored)
+    hook = _start_webhook(shared, tls, tmp_path / "webhook.log", sigint_ignored=sigint_ignored)
     try:
         assert hook.answer(job(1, 8))["allowed"] is True  # serving from the loaded index
         # No idle keep-alive connection this time: the webhook waits up to 5 s for those (the
@@ -301,34 +305,40 @@ def _raw_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}  # fmt: skip
 
 
-def _trees(twin: Twin) -> dict[str, set[str]]:
-    """Pods in namespace ``reap``: a tree whose orchestrator stopped renewing its Lease 10 minutes
-    ago, a pod whose parent never existed, two healthy trees, and a pod with partial labels."""
+def _trees(twin: Cluster, ns: str) -> dict[str, set[str]]:
+    """Pods in namespace ``ns``, on two GPU nodes of their own and Running: a tree whose
+    orchestrator stopped renewing its Lease 10 minutes ago, a pod whose parent never existed, two
+    healthy trees, and a pod with partial labels."""
+    twin.plane.register_nodes(gpu_nodes(f"{ns}-gpu", 2))
     past = datetime.now(UTC) - timedelta(minutes=10)
-    crashed = Orchestrator(twin.api, namespace=NS, agent_id="crashed", lease_duration_s=10, clock=lambda: past)
+    crashed = Orchestrator(twin.api, namespace=ns, agent_id="crashed", lease_duration_s=10, clock=lambda: past)
     crashed.register()
     trees: dict[str, set[str]] = {"crashed": {crashed.holder}}
     for i in range(3):
         trees["crashed"].add(crashed.spawn(Spawn(gpus=1, agent_id=f"crashed-w{i}"))["metadata"]["name"])
     for root in ("alive", "alive2"):
-        orch = Orchestrator(twin.api, namespace=NS, agent_id=root, lease_duration_s=3600)
+        orch = Orchestrator(twin.api, namespace=ns, agent_id=root, lease_duration_s=3600)
         orch.register()
         trees[root] = {orch.holder} | {orch.spawn(Spawn(gpus=1, agent_id=f"{root}-w{i}"))["metadata"]["name"]
                                        for i in range(3)}  # fmt: skip
-    twin.core.create_namespaced_pod(NS, _raw_pod("stray", {"agent-id": "stray", "root-id": "ghost",
+    twin.core.create_namespaced_pod(ns, _raw_pod("stray", {"agent-id": "stray", "root-id": "ghost",
                                                            "parent-id": "ghost", "depth": "1"}))  # fmt: skip
-    twin.core.create_namespaced_pod(NS, _raw_pod("partial", {"agent-id": "p1", "parent-id": "alive"}))
+    twin.core.create_namespaced_pod(ns, _raw_pod("partial", {"agent-id": "p1", "parent-id": "alive"}))
     trees["stray"], trees["partial"] = {"stray"}, {"partial"}
+    # Bound by kube-scheduler and started by the node agent before any reaper reads them.
+    wait_for(f"the pods of {ns} to run", lambda: twin.all_running(ns))
     return trees
 
 
 def test_reaper_process_dry_run_then_deleting_orphans_with_its_audit(
-    fresh: Twin, fresh_database_url: str, tmp_path: Path
+    fresh: Cluster, kube_namespace: str, fresh_database_url: str, tmp_path: Path
 ) -> None:
-    trees = _trees(fresh)
+    ns = kube_namespace
+    trees = _trees(fresh, ns)
     everything = set().union(*trees.values())
     orphans = trees["crashed"] | trees["stray"]
-    assert fresh.pod_names(NS) == everything
+    assert fresh.pod_names(ns) == everything
+    wait_for_no_foreign_pods(fresh.plane, [ns])  # the reaper reads every namespace, as deployed
 
     # Dry run by default: the orphans are audited as would_delete, nothing is deleted. Started as
     # a background job is (SIGINT ignored) and stopped by SIGINT.
@@ -341,7 +351,7 @@ def test_reaper_process_dry_run_then_deleting_orphans_with_its_audit(
     finally:
         dry.kill()
     _assert_clean_exit(code, out, "orphan reaper stopped after")
-    assert fresh.pod_names(NS) == everything
+    assert fresh.pod_names(ns) == everything
     rows = _audit(fresh_database_url)
     assert {a for _, a, *_ in rows} == {"would_delete", "skipped"} and all(r[4] for r in rows)
     # each decision is audited once per process, however many passes repeat it
@@ -351,17 +361,17 @@ def test_reaper_process_dry_run_then_deleting_orphans_with_its_audit(
     live = _reaper(fresh.kubeconfig, fresh_database_url, tmp_path / "live.log", "--no-dry-run")
     try:
         live.wait_for_log("orphan reaper started (deleting")
-        wait_for("the orphans to be deleted", lambda: fresh.pod_names(NS) == everything - orphans)
+        wait_for("the orphans to be deleted", lambda: fresh.pod_names(ns) == everything - orphans)
         wait_for("the deletions to be audited",
                  lambda: {p for p, a, *_ in _audit(fresh_database_url) if a == "deleted"} == orphans)
 
         # While it runs: a healthy tree's orchestrator vanishes (pod and Lease): its workers are
         # orphaned now, and reaped; the other healthy tree stays.
-        fresh.core.delete_namespaced_pod("agent-alive", NS)
-        client.CoordinationV1Api(fresh.api).delete_namespaced_lease("agent-alive", NS)
+        fresh.core.delete_namespaced_pod("agent-alive", ns)
+        client.CoordinationV1Api(fresh.api).delete_namespaced_lease("agent-alive", ns)
         gone = trees["alive"] - {"agent-alive"}
         wait_for("the workers of the vanished orchestrator to be deleted",
-                 lambda: fresh.pod_names(NS) == trees["alive2"] | trees["partial"])
+                 lambda: fresh.pod_names(ns) == trees["alive2"] | trees["partial"])
         code, out = live.stop(signal.SIGTERM)
     finally:
         live.kill()
@@ -374,7 +384,7 @@ def test_reaper_process_dry_run_then_deleting_orphans_with_its_audit(
     }
     skipped = [(p, reason) for p, a, _, reason, _ in _audit(fresh_database_url) if a == "skipped"]
     assert ("partial", "partial ancestry labels: missing root-id, depth") in skipped
-    assert fresh.pod_names(NS) == trees["alive2"] | {"partial"}
+    assert fresh.pod_names(ns) == trees["alive2"] | {"partial"}
 
 
 @pytest.mark.parametrize(
@@ -382,10 +392,10 @@ def test_reaper_process_dry_run_then_deleting_orphans_with_its_audit(
     [pytest.param(signal.SIGINT, False, id="SIGINT"), pytest.param(signal.SIGTERM, True, id="SIGTERM-sigint-ignored")],
 )
 def test_reaper_stops_cleanly_on_signals(
-    fresh: Twin, warehouse: Any, tmp_path: Path, sig: signal.Signals, sigint_ignored: bool
+    shared: Cluster, warehouse: Any, tmp_path: Path, sig: signal.Signals, sigint_ignored: bool
 ) -> None:
-    # An empty cluster: the reaper passes (and finds nothing to audit) until the signal.
-    proc = _reaper(fresh.kubeconfig, warehouse.libpq_url, tmp_path / "reaper.log", sigint_ignored=sigint_ignored)
+    # Whatever the shared cluster holds: the reaper (dry run) passes until the signal.
+    proc = _reaper(shared.kubeconfig, warehouse.libpq_url, tmp_path / "reaper.log", sigint_ignored=sigint_ignored)
     try:
         proc.wait_for_log("orphan reaper started")
         code, out = proc.stop(sig)
@@ -396,12 +406,16 @@ def test_reaper_stops_cleanly_on_signals(
 
 def test_reaper_keeps_running_while_the_api_is_unreachable(warehouse: Any, tmp_path: Path) -> None:
     """A pass that cannot reach the API fails, is logged, and is retried; it never ends the loop."""
-    from simulator.kube.twin import write_kubeconfig
-
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", dead, uuid.uuid4().hex)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "dead",
+        "clusters": [{"name": "dead", "cluster": {"server": dead}}],
+        "users": [{"name": "dead", "user": {"token": uuid.uuid4().hex}}],
+        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "dead"}}],
+    }))  # fmt: skip
     proc = _reaper(kubeconfig, warehouse.libpq_url, tmp_path / "reaper.log")
     try:
         proc.wait_for_log("orphan reaper started")
