@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test ui bench lint system-deps kube clean-data help
 
 help:
-	@echo "make demo   simulate a 4-SU H100 SuperPOD and run every asset on the embedded defaults"
+	@echo "make demo   simulate a 4-SU H100 SuperPOD (on a real Kubernetes control plane) and run every asset"
 	@echo "make test   the whole suite (what .ci/run runs)"
 	@echo "make ui     the Dagster UI on http://127.0.0.1:3000 against the same warehouse"
 	@echo "make bench  benchmarks, each printing its ratio against a peer measured in the same run"
@@ -34,7 +34,8 @@ system-deps:
 kube: $(STAMP)
 	$(BIN)/python -m simulator.controlplane build
 
-demo: $(STAMP)
+# The demo's cluster is the real control plane (built by `kube`, started by `gpufabric sim up`).
+demo: $(STAMP) kube
 	$(BIN)/gpufabric demo
 
 test: $(STAMP) system-deps kube

@@ -171,11 +171,28 @@ def _load_spec(name_or_path: str) -> Any:
     return load_spec(resolve_spec_path(name_or_path))
 
 
+def _say(message: str) -> None:
+    """Progress lines of the control plane (build, start) on stderr, as written."""
+    err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
 def _sim_up(spec: str) -> Any:
+    """Start (or reuse) the twins and the control plane of this data dir; a control plane that
+    cannot be built or started is one clear error (its message quotes the failing log)."""
+    from rich.markup import escape
+
     from connectors.warehouse import data_dir
+    from simulator.controlplane import BuildError, ControlPlaneError
     from simulator.up import sim_up
 
-    return sim_up(_load_spec(spec), data_dir() / "sim")
+    loaded = _load_spec(spec)
+    try:
+        return sim_up(loaded, data_dir() / "sim", progress=_say)
+    except (BuildError, ControlPlaneError) as exc:
+        # escape: the message quotes a component's log, whose brackets are not markup
+        err.print(f"[bold red]error:[/] the Kubernetes control plane: {escape(str(exc))}", highlight=False,
+                  markup=True, soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1) from None
 
 
 def _truth_summary(truth: Any) -> str:
@@ -196,22 +213,45 @@ def _truth_summary(truth: Any) -> str:
 def sim_up(
     spec: Annotated[str, typer.Option(help="shipped spec name (h100-4su, ...) or a spec file")] = "h100-4su",
 ) -> None:
-    """Start every twin for a spec (files and loopback servers) and write the matching gpufabric.yaml."""
+    """Start every twin for a spec and the real Kubernetes control plane with one Node per host
+    (built first if not cached), and write the matching gpufabric.yaml."""
     result = _sim_up(spec)
-    out.print(f"[green]simulated[/] {result.spec_name}: {result.summary}")
-    out.print(f"site config: {result.config_path}")
+    out.print(f"[green]simulated[/] {result.spec_name}: {result.summary}", soft_wrap=True)
+    out.print(f"site config: {result.config_path}", soft_wrap=True)
+    out.print(f"kubeconfig:  {result.kubeconfig}", soft_wrap=True, highlight=False)
+    out.print(f"kubectl:     {result.kubectl} --kubeconfig \"$(gpufabric sim kubeconfig)\" get nodes",
+              soft_wrap=True, highlight=False, markup=False)  # fmt: skip
+
+
+@sim_app.command("kubeconfig")
+@clear_errors
+def sim_kubeconfig() -> None:
+    """Print the admin kubeconfig path of the control plane `sim up` started (exit 1 if none runs)."""
+    from connectors.warehouse import data_dir
+    from simulator.controlplane import status
+    from simulator.up import plane_workdir
+
+    workdir = plane_workdir(data_dir() / "sim")
+    plane = status(workdir)
+    if plane is None:
+        err.print(f"[bold red]error:[/] no Kubernetes control plane is running in {workdir}: start one with "
+                  "`gpufabric sim up`", highlight=False, markup=True, soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1)
+    # Plain print: `$(gpufabric sim kubeconfig)` must be exactly the path, never wrapped.
+    print(plane.kubeconfig)
 
 
 @sim_app.command("down")
 @clear_errors
 def sim_down() -> None:
-    """Stop every twin of this data dir: the ones `sim up` started and any other recorded twin
-    (a killed test run's, a crashed command's)."""
+    """Stop every twin of this data dir and its Kubernetes control plane: what `sim up` started
+    and any other recorded twin (a killed test run's, a crashed command's)."""
     from connectors.warehouse import data_dir
     from simulator.twin import reap
     from simulator.up import sim_down as _down
 
-    stopped = _down(data_dir() / "sim") + reap(data_dir(), only_orphaned=False)
+    # The plane first, in order (clients, API server, etcd); then whatever else is recorded.
+    stopped = _down(data_dir() / "sim", progress=_say) + reap(data_dir(), only_orphaned=False)
     out.print(f"stopped {stopped} twin process(es)" if stopped else "no twins were running")
 
 
@@ -279,14 +319,15 @@ def _print_outcome(outcome: Any) -> None:
 @app.command("demo")
 @clear_errors
 def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file")] = "h100-4su") -> None:
-    """Simulate a cluster, run every asset on the embedded defaults, and say what was found."""
+    """Simulate a cluster (twins and a real Kubernetes control plane), run every asset on the
+    embedded defaults, and say what was found."""
     from connectors.warehouse import open_warehouse
     from pipelines.runner import run_assets
     from services.processes import install_stop_handlers
 
     install_stop_handlers()
     result = _sim_up(spec)
-    out.print(f"[bold]1. simulated[/] {result.spec_name}: {result.summary}")
+    out.print(f"[bold]1. simulated[/] {result.spec_name}: {result.summary}", soft_wrap=True)
     os.environ["GPUFABRIC_CONFIG"] = str(result.config_path)
     os.environ.setdefault("GPUFABRIC_FINOPS_WATCH_SECONDS", "2")  # one list and a short watch
     wh = open_warehouse()
@@ -304,8 +345,10 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
         "  derived          topology.versions (gpufabric topology show), efficiency.gpu/pod/job_efficiency_hourly,\n"
         "                   finops.gpu_cost_hourly (gpufabric finops report), agents.tree_usage\n"
         "  published        node labels + Kueue objects on the simulated cluster (gpufabric publish history)\n"
+        f"  kubernetes       {result.kubectl} --kubeconfig {result.kubeconfig} get nodes,clusterqueues\n"
         "  bad input        ops.collection_status, ops.quarantine\n"
-        "  Dagster UI       make ui  →  http://127.0.0.1:3000"
+        "  Dagster UI       make ui  →  http://127.0.0.1:3000",
+        soft_wrap=True,
     )
     if not outcome.success:
         raise typer.Exit(1)

@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from connectors.warehouse import data_dir
+from simulator.controlplane import status
+from simulator.generator import generate
+from simulator.spec import load_spec
+from simulator.specs import resolve_spec_path
 from simulator.twin import alive
+from simulator.up import plane_workdir, sim_down
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUFABRIC = [sys.executable, "-m", "pipelines.cli"]
@@ -38,32 +44,71 @@ def _dagster_runs(warehouse) -> int:  # type: ignore[no-untyped-def]
     return int(row[0]) if row else 0
 
 
-def test_demo_runs_the_pipeline_and_keeps_run_history(warehouse) -> None:  # type: ignore[no-untyped-def]
-    first = cli("demo")
-    assert first.returncode == 0, first.stderr + first.stdout
-    assert "128 nodes, 1024 GPUs" in first.stdout
-    assert "raw/dcim_inventory" in first.stdout and "nodes_landed=128" in first.stdout
-    runs_after_first = _dagster_runs(warehouse)
-    second = cli("demo")
-    assert second.returncode == 0, second.stderr
-    # Run history lives in the same Postgres (dagster-postgres): each demo adds exactly one run.
-    assert _dagster_runs(warehouse) == runs_after_first + 1
+def _ours(labels: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k.split("/")[0].endswith("gpufabric.io")}
+
+
+def test_demo_runs_the_pipeline_and_keeps_run_history(warehouse, kube_binaries) -> None:  # type: ignore[no-untyped-def]
+    # The demo's cluster is the real control plane `sim up` starts in this session's data dir.
+    sim_root = data_dir() / "sim"
     with warehouse.connect() as conn:
-        latest = conn.execute(
-            "SELECT run_id, status, rows_landed FROM ops.collection_status WHERE source = 'dcim' "
-            "ORDER BY finished_at DESC LIMIT 1"
-        ).fetchone()
-        assert latest is not None and latest[1:] == ("ok", 128)
-        assert conn.execute(
-            "SELECT count(DISTINCT node) FROM raw.dcim_inventory WHERE run_id = %s", (latest[0],)
-        ).fetchone() == (128,)
-        # dbt ran too: the staging view shows the latest collection of the demo's export only once.
-        assert conn.execute(
-            "SELECT count(*), count(DISTINCT node) FROM staging.stg_dcim_inventory WHERE source = 'dcim-export'"
-        ).fetchone() == (128, 128)
-    # Other tests' sources share this database, so the summary's totals are at least the demo's.
-    summary = re.search(r"current inventory \(staging.stg_dcim_inventory\): (\d+) nodes in (\d+) racks", second.stdout)
-    assert summary is not None and int(summary[1]) >= 128 and int(summary[2]) >= 32
+        publishes_before = conn.execute("SELECT coalesce(max(id), 0) FROM publish.runs").fetchone()[0]
+    try:
+        first = cli("demo", timeout=900)  # a hang guard: a loaded 2-core machine takes minutes
+        assert first.returncode == 0, first.stderr + first.stdout
+        assert "128 nodes, 1024 GPUs" in first.stdout
+        assert "raw/dcim_inventory" in first.stdout and "nodes_landed=128" in first.stdout
+        plane = status(plane_workdir(sim_root))
+        assert plane is not None and f"Kubernetes {plane.kubernetes_version} at {plane.server}" in first.stdout
+        runs_after_first = _dagster_runs(warehouse)
+        second = cli("demo", timeout=900)
+        assert second.returncode == 0, second.stderr + second.stdout
+        # The second demo reused the twins and the very same control plane processes.
+        assert "(already running, reused)" in second.stdout
+        again = status(plane_workdir(sim_root))
+        assert again is not None and again.pids == plane.pids
+        # Run history lives in the same Postgres (dagster-postgres): each demo adds exactly one run.
+        assert _dagster_runs(warehouse) == runs_after_first + 1
+        with warehouse.connect() as conn:
+            latest = conn.execute(
+                "SELECT run_id, status, rows_landed FROM ops.collection_status WHERE source = 'dcim' "
+                "ORDER BY finished_at DESC LIMIT 1"
+            ).fetchone()
+            assert latest is not None and latest[1:] == ("ok", 128)
+            assert conn.execute(
+                "SELECT count(DISTINCT node) FROM raw.dcim_inventory WHERE run_id = %s", (latest[0],)
+            ).fetchone() == (128,)
+            # dbt ran too: the staging view shows the latest collection of the demo's export only once.
+            assert conn.execute(
+                "SELECT count(*), count(DISTINCT node) FROM staging.stg_dcim_inventory WHERE source = 'dcim-export'"
+            ).fetchone() == (128, 128)
+            publishes = conn.execute(
+                "SELECT cluster, mode, status, counts, desired FROM publish.runs WHERE id > %s ORDER BY id",
+                (publishes_before,),
+            ).fetchall()
+        # Other tests' sources share this database, so the summary's totals are at least the demo's.
+        summary = re.search(
+            r"current inventory \(staging.stg_dcim_inventory\): (\d+) nodes in (\d+) racks", second.stdout
+        )
+        assert summary is not None and int(summary[1]) >= 128 and int(summary[2]) >= 32
+        # Each demo published to the plane; the second changed nothing and the blast-radius guard,
+        # which compares with what the cluster carries, had nothing to refuse.
+        assert [r[:3] for r in publishes] == [("sim", "apply", "applied")] * 2
+        assert publishes[0][3]["nodes_changed"] == 128 and publishes[0][3]["objects_created"] > 0
+        assert publishes[1][3]["nodes_changed"] == 0 and publishes[1][3]["objects_changed"] == 0
+        # The labels are on the API server's Node objects (one per simulated host), exactly as the
+        # publish meant them. (The desired state also names LLDP neighbours that are no nodes of the
+        # cluster, e.g. a fault switch's "peer": the publisher skips those.)
+        desired = publishes[1][4]["labels"]
+        nodes = json.loads(plane.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+        hosts = {h.id for h in generate(load_spec(resolve_spec_path("h100-4su"))).hosts()}
+        assert {n["metadata"]["name"] for n in nodes} == hosts
+        for node in nodes:
+            assert _ours(node["metadata"]["labels"]) == desired[node["metadata"]["name"]] != {}
+    finally:
+        sim_down(sim_root)
+    assert status(plane_workdir(sim_root)) is None
+    assert [pid for pid in plane.pids.values() if alive(pid)] == []
 
 
 def test_db_url_and_status(warehouse) -> None:  # type: ignore[no-untyped-def]

@@ -1,14 +1,18 @@
-"""NVLink domains read from the GFD labels of a cluster's nodes, through the Kubernetes API twin."""
+"""NVLink domains read from the GFD labels of a cluster's nodes, on the real API server (the
+session's control plane, with the spec's nodes registered as GPU Feature Discovery labels them)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from assets.infiniband.assets import nvlink_domains
 from pipelines.resources import SiteConfigResource, WarehouseResource
+from simulator.controlplane import nodes_from_spec
 
 
 def _partition(assignment: dict[str, str | None]) -> set[frozenset[str]]:
@@ -19,11 +23,20 @@ def _partition(assignment: dict[str, str | None]) -> set[frozenset[str]]:
 
 
 @pytest.mark.parametrize("spec", ["gb200-nvl72", "h100-1su"])
-def test_domains_from_clique_labels_match_the_ground_truth(spec: str, simulated, warehouse) -> None:  # type: ignore[no-untyped-def]
+def test_domains_from_clique_labels_match_the_ground_truth(  # type: ignore[no-untyped-def]
+    spec: str, simulated, warehouse, kube_cluster, tmp_path: Path
+) -> None:
     sim = simulated(spec)
+    kube_cluster.register_nodes(nodes_from_spec(spec))
+    site = yaml.safe_load(sim.config_path.read_text())
+    sources = site.setdefault("sources", {})
+    sources["kubernetes"] = [{"name": "sim", "kubeconfig": str(kube_cluster.kubeconfig)}]
+    sources["nvlink"] = [*(sources.get("nvlink") or []), {"name": "sim-gfd", "kind": "kubernetes", "cluster": "sim"}]
+    config = tmp_path / "gpufabric.yaml"
+    config.write_text(yaml.safe_dump(site))
     result = dg.materialize(
         [nvlink_domains],
-        resources={"warehouse": WarehouseResource(), "site": SiteConfigResource(path=str(sim.config_path))},
+        resources={"warehouse": WarehouseResource(), "site": SiteConfigResource(path=str(config))},
     )
     assert result.success
     truth = sim.truth.host_domains
