@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from connectors.warehouse import data_dir
-from simulator.controlplane import status
+from core.publish.kueue import MANAGED_BY
+from simulator.controlplane import Versions, status
 from simulator.generator import generate
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
@@ -105,10 +106,34 @@ def test_demo_runs_the_pipeline_and_keeps_run_history(warehouse, kube_binaries) 
         assert {n["metadata"]["name"] for n in nodes} == hosts
         for node in nodes:
             assert _ours(node["metadata"]["labels"]) == desired[node["metadata"]["name"]] != {}
+            assert node["spec"]["providerID"] == f"gpufabric-sim://h100-4su/{node['metadata']['name']}"
+
+        # What a user does next (issue 26's check): kubectl on `sim kubeconfig` names the pinned real
+        # server, and lists our Kueue objects, which Kueue's own controller took up (Active).
+        kubeconfig = cli("sim", "kubeconfig")
+        assert kubeconfig.returncode == 0 and kubeconfig.stdout.strip() == str(plane.kubeconfig)
+        kubectl = [str(kube_binaries.kubectl), "--kubeconfig", kubeconfig.stdout.strip()]
+        version = json.loads(subprocess.run([*kubectl, "version", "-o", "json"], capture_output=True, text=True,
+                                            timeout=120, check=True).stdout)  # fmt: skip
+        assert version["serverVersion"]["gitVersion"] == Versions.load().kubernetes
+        listed = json.loads(subprocess.run([*kubectl, "get", "clusterqueues,resourceflavors,topologies", "-o", "json"],
+                                           capture_output=True, text=True, timeout=120, check=True).stdout)["items"]
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in publishes[1][4]["objects"]
+                  if o["kind"] in ("ClusterQueue", "ResourceFlavor", "Topology")}  # fmt: skip
+        assert {(o["kind"], o["metadata"]["name"]) for o in listed} == wanted
+        assert {name for kind, name in wanted if kind == "ClusterQueue"} == {"research", "inference"}
+        assert all(o["metadata"]["labels"][MANAGED_BY] == "gpufabric" for o in listed)
+        queues = [o for o in listed if o["kind"] == "ClusterQueue"]
+        assert all(any(c["type"] == "Active" and c["status"] == "True" for c in q["status"]["conditions"])
+                   for q in queues), queues  # fmt: skip
     finally:
         sim_down(sim_root)
     assert status(plane_workdir(sim_root)) is None
     assert [pid for pid in plane.pids.values() if alive(pid)] == []
+    gone = cli("sim", "kubeconfig")
+    assert gone.returncode == 1 and gone.stdout == "" and "Traceback" not in gone.stderr
+    assert gone.stderr.startswith("error: no Kubernetes control plane is running in ")
+    assert "gpufabric sim up" in gone.stderr
 
 
 def test_db_url_and_status(warehouse) -> None:  # type: ignore[no-untyped-def]
