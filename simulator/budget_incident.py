@@ -8,7 +8,7 @@ Uncontrolled, that is 1 + 10 + 500 + 336 = 847 pods.
 
 Time is simulated minutes (``now`` = ``start + minute``), so a 90-minute replay runs in seconds.
 The replay is I/O-free: the caller passes ``admit`` (the webhook, or always-yes), ``create`` and
-``delete`` (the kube twin) and ``settle`` (the ledger); an agent whose spawn is denied gives its
+``delete`` (the API server) and ``settle`` (the ledger); an agent whose spawn is denied gives its
 sub-task up, so its planned children never appear.
 """
 

@@ -59,6 +59,7 @@ class Versions:
     kueue: str
     etcd: str
     gotoolchain: str = "local"
+    cert_manager: str = ""  # CRDs only, cached apart (see :func:`cert_manager_crds`)
 
     @classmethod
     def load(cls, path: Path = VERSIONS_FILE) -> Versions:
@@ -78,6 +79,7 @@ class Versions:
                 kueue=values["KUEUE_VERSION"],
                 etcd=values["ETCD_VERSION"],
                 gotoolchain=values.get("GOTOOLCHAIN", "local") or "local",
+                cert_manager=values.get("CERT_MANAGER_VERSION", ""),
             )
         except KeyError as exc:
             raise ValueError(f"{path}: missing {exc.args[0]}") from None
@@ -85,7 +87,8 @@ class Versions:
     @property
     def cache_key(self) -> str:
         """Directory name of this version set's cache entry: readable, plus a hash of everything."""
-        blob = json.dumps({**asdict(self), "recipe": BUILD_RECIPE, "goarch": _goarch()}, sort_keys=True)
+        built = {k: v for k, v in asdict(self).items() if k != "cert_manager"}  # CRDs are not built
+        blob = json.dumps({**built, "recipe": BUILD_RECIPE, "goarch": _goarch()}, sort_keys=True)
         digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
         return f"k8s-{self.kubernetes}_etcd-{self.etcd}_kueue-{self.kueue}_{digest}"
 
@@ -183,6 +186,44 @@ def build(versions: Versions | None = None, *, progress: Progress | None = None,
         if not force and (hit := cached(versions)) is not None:
             return hit
         return _build_locked(versions, root, say)
+
+
+CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager"
+
+
+def cert_manager_crds(versions: Versions | None = None, *, progress: Progress | None = None) -> Path:
+    """The directory of cert-manager's CRDs at the pinned version, fetched once per machine.
+
+    ``deploy/`` ships cert-manager Certificates and an Issuer; a server-side dry run of them needs
+    their CRDs installed. The module zip (about 4 MB) carries them as plain YAML in
+    ``deploy/crds``; nothing is compiled. Same locking and rename-into-place as :func:`build`.
+    """
+    say = progress or _print
+    versions = versions or Versions.load()
+    if not versions.cert_manager:
+        raise BuildError(f"{VERSIONS_FILE}: CERT_MANAGER_VERSION is not set")
+    root = cache_root()
+    entry = root / f"cert-manager-{versions.cert_manager}" / "crds"
+    if any(entry.glob("*.yaml")):
+        return entry
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root / f".cert-manager-{versions.cert_manager}.lock", say):
+        if any(entry.glob("*.yaml")):
+            return entry
+        say(f"controlplane: fetching cert-manager {versions.cert_manager} CRDs from the Go module proxy")
+        with tempfile.TemporaryDirectory(prefix="gpufabric-cert-manager-") as tmp:
+            work = Path(tmp)
+            info = _download(CERT_MANAGER_MODULE, versions.cert_manager, work, _go_env(versions), work / "go.log", say)
+            crds = sorted((Path(info["Dir"]) / "deploy" / "crds").glob("*.yaml"))
+            if not crds:
+                raise BuildError(f"no CRDs under {info['Dir']}/deploy/crds")
+            staging = entry.parent / f".crds-{os.getpid()}"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            for crd in crds:
+                shutil.copyfile(crd, staging / crd.name)
+            staging.rename(entry)
+        return entry
 
 
 # --------------------------------------------------------------------------------------------- internals

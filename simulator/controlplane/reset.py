@@ -36,7 +36,8 @@ WEBHOOK_COLLECTIONS = (
     "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
 )
 # What the plane itself installs and a reset must keep.
-SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"})
+SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system",
+                               "gpufabric-system"})  # deploy/'s identities (identity.py) stay
 TEST_NAMESPACE_LABEL = "gpufabric.io/test-namespace"
 
 
@@ -54,9 +55,11 @@ def unique_namespace(plane: ControlPlane, prefix: str = "t") -> str:
     return name
 
 
-def reset(plane: ControlPlane, *, timeout: float = 60.0) -> list[str]:
+def reset(plane: ControlPlane, *, timeout: float = 60.0, wait_namespaces: bool = False) -> list[str]:
     """Delete every Node, Kueue cluster object and non-Kueue webhook configuration, and start
-    deleting every non-system namespace; wait for the cluster-scoped objects to be gone.
+    deleting every non-system namespace; wait for the cluster-scoped objects to be gone, and with
+    ``wait_namespaces`` for the namespaces too (a test that counts namespaced objects cluster-wide,
+    or re-creates a namespace of the same name, needs that; the namespace controller takes seconds).
 
     Returns what was deleted (``collection/name``), for a test's diagnostics.
     """
@@ -78,6 +81,8 @@ def reset(plane: ControlPlane, *, timeout: float = 60.0) -> list[str]:
                 deleted.append(f"{collection.rsplit('/', 1)[1]}/{name}")
         for collection in CLUSTER_COLLECTIONS:
             _wait_until_empty(api, collection, timeout)
+        if wait_namespaces:
+            _wait_for_namespaces(api, timeout)
         return deleted
     finally:
         api.close()
@@ -93,6 +98,18 @@ def _delete_namespaces(api: Api) -> list[str]:
         api.delete(f"/api/v1/namespaces/{name}")
         deleted.append(f"namespaces/{name}")
     return deleted
+
+
+def _wait_for_namespaces(api: Api, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        items, _ = api.list_all("/api/v1/namespaces")
+        left = [ns["metadata"]["name"] for ns in items if ns["metadata"]["name"] not in SYSTEM_NAMESPACES]
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"reset: namespaces still terminating after {timeout:.0f} s: {', '.join(left[:5])}")
+        time.sleep(0.2)
 
 
 def _wait_until_empty(api: Api, collection: str, timeout: float) -> None:

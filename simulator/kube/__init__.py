@@ -1,12 +1,11 @@
-"""Kubernetes API twin: an HTTP server the official ``kubernetes`` client works against unchanged.
+"""What the tests put around the real Kubernetes API server (``simulator/controlplane``).
 
-Serves Nodes (with GPU Feature Discovery labels and ``nvidia.com/gpu`` capacity from the ground
-truth), Pods, Leases, Namespaces and the Kueue v1beta2 CRDs, with resourceVersion conflicts,
-strategic/merge/JSON patch, server-side apply with ``managedFields``, ``dryRun=All``, label and
-field selectors, watch, CRD schema + CEL validation, and fault switches. ``start`` is the
-``sim up`` entry point; see ``docs/architecture.md`` ("Kubernetes API twin") for the decisions.
+* :mod:`simulator.kube.populate`: the Node objects kubelet and GPU Feature Discovery would have
+  registered for a ground truth (GFD labels, ``nvidia.com/gpu`` capacity, label owners);
+* :mod:`simulator.kube.proxy`: a fault-injecting HTTP proxy in front of the API server (5xx,
+  429, conflicts, slow answers, dropped watches), what only a fake can do;
+* :mod:`simulator.kube.faults`: the fault rules the proxy applies.
+
+The in-house API server that used to live here is gone: every Kubernetes-facing test runs on a
+real kube-apiserver, kube-scheduler and Kueue (``docs/controlplane.md``).
 """
-
-from simulator.kube.twin import KubeTwinAdmin, start
-
-__all__ = ["KubeTwinAdmin", "start"]

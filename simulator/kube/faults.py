@@ -1,7 +1,6 @@
 """Fault rules: answer 5xx (or 429), answer slowly, answer 409 Conflict, or expire a watch, on demand.
 
-Used by the fault proxy in front of the real API server (``simulator/kube/proxy.py``) and, until
-it is deleted, by the old in-house API server. Deterministic by default: counts
+Used by the fault proxy in front of the real API server (``simulator/kube/proxy.py``). Deterministic by default: counts
 (``status_5xx_next: 2`` = the next two matching requests fail), not probabilities.
 ``status_5xx_rate`` exists for soak tests and draws from a seeded RNG, so a run is reproducible.
 Rules match on the request path (fnmatch globs, e.g. ``/api/v1/nodes/*``) and optionally the
@@ -133,16 +132,6 @@ class Faults:
         with self._lock:
             self.rules = [Fault(s, s.status_5xx_next, s.conflict_next, s.expire_watches_next) for s in specs]
             self._rng = random.Random(self.seed)
-
-    def configure(self, payload: Any) -> None:
-        """The old in-house API server's entry point: invalid rules become a 400 ``Status`` there.
-        Goes away with ``simulator/kube/server.py``."""
-        try:
-            self.set_rules(payload)
-        except InvalidFaultRule as exc:
-            from simulator.kube.errors import bad_request
-
-            raise bad_request(str(exc)) from None
 
     def clear(self) -> None:
         """No rules (the counters keep counting)."""

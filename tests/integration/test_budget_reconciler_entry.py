@@ -22,6 +22,7 @@ from kubernetes import client
 from connectors.kube import ClusterTarget, api_client
 from connectors.warehouse import open_warehouse
 from core.budget import BudgetConfig
+from simulator.controlplane.identity import install_rbac, service_account_kubeconfig
 from tests.integration.test_budget_incident import _setup_over_budget_tree, _wait_until_old, wait_for_pods
 
 pytestmark = pytest.mark.integration
@@ -39,9 +40,12 @@ budget:
 
 @pytest.fixture
 def cluster(kube_cluster: Any) -> Iterator[tuple[Any, client.CoreV1Api, Path]]:
+    """The plane, an admin client for the test, and the kubeconfig the reconciler runs with:
+    ``deploy/budget``'s ServiceAccount, bound only by the RBAC shipped there."""
     api = api_client(ClusterTarget(kubeconfig=kube_cluster.kubeconfig))
+    install_rbac(kube_cluster)
     try:
-        yield kube_cluster, client.CoreV1Api(api), Path(kube_cluster.kubeconfig)
+        yield kube_cluster, client.CoreV1Api(api), service_account_kubeconfig(kube_cluster, "gpufabric-budget")
     finally:
         api.close()
 

@@ -36,6 +36,7 @@ from connectors.kube import ClusterTarget, api_client
 from connectors.kube.agents import Orchestrator, Spawn
 from controllers.tls import self_signed_cert
 from simulator.agents.plane import gpu_nodes, spec_nodes, wait_for_no_foreign_pods
+from simulator.controlplane.identity import install_rbac, service_account_kubeconfig
 
 pytestmark = pytest.mark.integration
 P = "gpufabric.io"
@@ -78,6 +79,12 @@ class Cluster:
     @property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
+
+    def as_deployed(self, service_account: str) -> Path:
+        """A kubeconfig of ``deploy/``'s ServiceAccount, bound only by ``deploy/``'s RBAC: the
+        controllers run with exactly the permissions they ship with."""
+        install_rbac(self.plane)
+        return service_account_kubeconfig(self.plane, service_account)
 
     def pod_names(self, namespace: str) -> set[str]:
         return {str(p.metadata.name) for p in self.core.list_namespaced_pod(namespace).items if p.metadata}
@@ -184,7 +191,8 @@ class Webhook:
 def _start_webhook(twin: Cluster, tls: tuple[Path, Path], log: Path, *, sigint_ignored: bool = False) -> Webhook:
     cert, key = tls
     # port 0: the webhook binds a free port itself and logs it (no race with parallel tests)
-    proc = _spawn(["topology-webhook", "--kubeconfig", str(twin.kubeconfig), "--cert", str(cert), "--key", str(key),
+    kubeconfig = twin.as_deployed("gpufabric-topology-webhook")
+    proc = _spawn(["topology-webhook", "--kubeconfig", str(kubeconfig), "--cert", str(cert), "--key", str(key),
                    "--host", "127.0.0.1", "--port", "0"], log, sigint_ignored=sigint_ignored)  # fmt: skip
     try:
         proc.wait_for_log("topology webhook serving on https://127.0.0.1:")
@@ -342,7 +350,8 @@ def test_reaper_process_dry_run_then_deleting_orphans_with_its_audit(
 
     # Dry run by default: the orphans are audited as would_delete, nothing is deleted. Started as
     # a background job is (SIGINT ignored) and stopped by SIGINT.
-    dry = _reaper(fresh.kubeconfig, fresh_database_url, tmp_path / "dry.log", sigint_ignored=True)
+    as_deployed = fresh.as_deployed("gpufabric-reaper")
+    dry = _reaper(as_deployed, fresh_database_url, tmp_path / "dry.log", sigint_ignored=True)
     try:
         dry.wait_for_log("orphan reaper started (dry run")
         wait_for("would_delete rows for every orphan",
@@ -358,7 +367,7 @@ def test_reaper_process_dry_run_then_deleting_orphans_with_its_audit(
     assert len(rows) == len({(p, a) for p, a, *_ in rows}) == len(orphans) + 1
 
     # Deleting: the orphans go, and only they; each deletion audited with its rule.
-    live = _reaper(fresh.kubeconfig, fresh_database_url, tmp_path / "live.log", "--no-dry-run")
+    live = _reaper(as_deployed, fresh_database_url, tmp_path / "live.log", "--no-dry-run")
     try:
         live.wait_for_log("orphan reaper started (deleting")
         wait_for("the orphans to be deleted", lambda: fresh.pod_names(ns) == everything - orphans)

@@ -37,6 +37,7 @@ from connectors.warehouse import Warehouse, open_warehouse
 from pipelines.resources import SiteConfigResource, WarehouseResource
 from simulator.agents.plane import spec_nodes, wait_for_no_foreign_pods, wait_until
 from simulator.controlplane.api import tls_context
+from simulator.controlplane.identity import install_rbac, service_account_kubeconfig
 
 pytestmark = pytest.mark.integration
 P = "gpufabric.io"
@@ -110,7 +111,9 @@ def asset_metadata(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
 def test_list_and_watch_land_snapshots_and_tree_usage(env: dict[str, Any]) -> None:
     core = client.CoreV1Api(env["api"])
     ns, nodes = env["ns"], env["nodes"]
-    site, cluster = site_file(env, Path(env["plane"].kubeconfig))
+    # The asset reads as deploy/pipeline's ServiceAccount, bound only by the RBAC shipped there.
+    install_rbac(env["plane"])
+    site, cluster = site_file(env, service_account_kubeconfig(env["plane"], "gpufabric-pipeline"))
     root = str(uuid.uuid4())
     started = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
     tree = {f"{P}/client": "globex", f"{P}/task": "triage", f"{P}/tier": "interactive", f"{P}/root-id": root}

@@ -25,6 +25,7 @@ from core.topology import TopologyModel, derive
 from pipelines.cli_publish import app, kueue_app
 from services.topology import write_snapshot
 from simulator.controlplane import nodes_from_spec
+from simulator.controlplane.identity import install_rbac, service_account_kubeconfig
 from tests.unit.test_topology_support import observe, truth_with
 
 pytestmark = pytest.mark.integration
@@ -38,10 +39,13 @@ def site(
     monkeypatch.setenv("GPUFABRIC_DATABASE_URL", fresh_database_url)
     kube_cluster.register_nodes(nodes_from_spec("h100-1su"))
     kubeconfig = Path(kube_cluster.kubeconfig)
+    # gpufabric publishes as deploy/pipeline's ServiceAccount, bound only by the RBAC shipped there.
+    install_rbac(kube_cluster)
+    as_deployed = service_account_kubeconfig(kube_cluster, "gpufabric-pipeline")
     config = tmp_path / "gpufabric.yaml"
     config.write_text(yaml.safe_dump({
         "version": 1,
-        "sources": {"kubernetes": [{"name": "sim", "kubeconfig": str(kubeconfig)}]},
+        "sources": {"kubernetes": [{"name": "sim", "kubeconfig": str(as_deployed)}]},
         "tenants": [{"id": "research", "name": "Research", "cohort": "science", "tiers": ["prod"],
                      "gpu_quota": {"H100": 128}}],
         "publish": {"max_node_change_fraction": 0.2},

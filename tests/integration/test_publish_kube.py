@@ -27,9 +27,10 @@ from kubernetes import client
 
 from connectors.kube import ClusterTarget, api_client, list_nodes
 from connectors.kube.publish import BlastRadiusExceeded, Plan, PublishError, execute, plan
-from core.publish import DesiredState, KueuePolicy, LabelScheme, TenantSpec, desired_state
+from core.publish import DesiredState, KueuePolicy, LabelScheme, TenantSpec, desired_state, render_kueue
 from core.topology import TopologyModel, derive
 from simulator.controlplane import nodes_from_spec
+from simulator.controlplane.api import APPLY_PATCH
 from simulator.controlplane.reset import reset
 from tests.unit.test_topology_support import observe, truth_with
 
@@ -48,6 +49,9 @@ OURS = {
     "accelerator.gpufabric.io/domain", "accelerator.gpufabric.io/sub-domain", "gpufabric.io/pool",
 }  # fmt: skip
 KUEUE_PLURALS = ("topologies", "resourceflavors", "clusterqueues", "cohorts", "workloadpriorityclasses", "localqueues")
+PLURALS = {"Topology": "topologies", "ResourceFlavor": "resourceflavors", "Cohort": "cohorts",
+           "WorkloadPriorityClass": "workloadpriorityclasses", "ClusterQueue": "clusterqueues",
+           "LocalQueue": "localqueues"}  # fmt: skip
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -178,6 +182,42 @@ def test_retries_what_the_server_asks_and_names_the_write_that_failed(
         api.close()
 
 
+def _contains(answer: Any, sent: Any) -> bool:
+    """Everything we sent is in the server's answer (which may add defaults), recursively."""
+    if isinstance(sent, dict):
+        return isinstance(answer, dict) and all(k in answer and _contains(answer[k], v) for k, v in sent.items())
+    if isinstance(sent, list):
+        return isinstance(answer, list) and len(answer) == len(sent) and all(map(_contains, answer, sent))
+    if isinstance(sent, int) and not isinstance(sent, bool) and isinstance(answer, str):
+        return answer == str(sent)  # a resource.Quantity comes back in its canonical string form
+    return bool(answer == sent)
+
+
+def test_every_rendered_kueue_kind_passes_the_servers_validation(kube_cluster: Any, kube_namespace: str) -> None:
+    """The unit tests' pools and tenants (two GPU models, a tenant name that is no DNS label),
+    applied with ``dryRun=All``: the real Kueue CRDs' OpenAPI schemas and CEL rules judge every
+    object, and nothing is written."""
+    from tests.unit.test_publish_render import POOLS, TENANTS
+
+    objects = render_kueue(LabelScheme(), POOLS, TENANTS, KueuePolicy())
+    assert {o["kind"] for o in objects} == {"Topology", "ResourceFlavor", "Cohort", "WorkloadPriorityClass",
+                                            "ClusterQueue", "LocalQueue"}  # fmt: skip
+    api = kube_cluster.api()
+    try:
+        for obj in objects:
+            meta = obj["metadata"]
+            if "namespace" in meta:  # the test's own namespace: a tenant's may still be going from an earlier test
+                meta = {**meta, "namespace": kube_namespace}
+                obj = {**obj, "metadata": meta}
+            where = f"/namespaces/{meta['namespace']}" if "namespace" in meta else ""
+            path = f"/apis/kueue.x-k8s.io/v1beta2{where}/{PLURALS[obj['kind']]}/{meta['name']}"
+            answer = api.patch(path, obj, APPLY_PATCH, fieldManager=MANAGER, dryRun="All")
+            assert _contains(answer, {k: v for k, v in obj.items() if k != "metadata"}), (obj, answer)
+        assert kueue_objects(kube_cluster.kube_client(), "clusterqueues") == []  # a dry run writes nothing
+    finally:
+        api.close()
+
+
 # ------------------------------------------------------------------ 4-SU, published once per module
 
 
@@ -197,13 +237,15 @@ class Published:
 
 @pytest.fixture(scope="module")
 def published(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
-    reset(control_plane)  # what kube_cluster does, once for the module
+    # what kube_cluster does, once for the module; and the namespaces of earlier tests gone too,
+    # so their LocalQueues do not vanish between the snapshots compared below
+    reset(control_plane, wait_namespaces=True)
     control_plane.register_nodes(nodes_from_spec("h100-4su"))
     model = derive(observe(truth_with("h100-4su"), tmp_path_factory.mktemp("obs")))
     api = api_client(ClusterTarget(kubeconfig=control_plane.kubeconfig))
     try:
         before = labels_of(api)
-        kueue_before = kueue_state(api)  # LocalQueues of earlier tests' namespaces may still be going
+        kueue_before = kueue_state(api)
         state = desired(api, model)
         dry = publish(api, state, dry_run=True)
         after_dry = labels_of(api)

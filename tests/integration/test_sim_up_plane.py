@@ -1,5 +1,6 @@
 """What ``gpufabric sim up`` does to a running plane when the spec changes
-(``simulator.controlplane.twin``), on the session's plane. The rest of ``sim up`` on the real
+(``simulator.controlplane.twin``), on the session's plane, and every spec's Node objects judged
+by the real API server. The rest of ``sim up`` on the real
 plane (kubectl on ``sim kubeconfig``, publish reaching real Nodes, Kueue taking our objects up,
 ``sim down``) is in the demo test, tests/e2e/test_cli.py, which runs it as a user does.
 """
@@ -10,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from simulator.controlplane.nodes import normalise_node
 from simulator.controlplane.twin import PROVIDER_PREFIX, replace_foreign_nodes
 from simulator.generator import generate
-from simulator.kube.populate import node_objects
+from simulator.kube.populate import gpu_facts, node_objects
 from simulator.spec import load_spec
-from simulator.specs import resolve_spec_path
+from simulator.specs import resolve_spec_path, shipped_specs
 
 pytestmark = pytest.mark.integration
 
@@ -52,5 +54,25 @@ def test_a_spec_switch_replaces_exactly_the_old_specs_nodes(kube_cluster: Any) -
         assert after["hand-made"] == before["hand-made"]
         assert after["dgx001"][0] != before["dgx001"][0]
         assert after["dgx001"][1] == f"{PROVIDER_PREFIX}h100-half/dgx001"
+    finally:
+        api.close()
+
+
+@pytest.mark.parametrize("spec_name", shipped_specs())
+def test_every_specs_nodes_are_valid_node_objects(kube_cluster: Any, spec_name: str) -> None:
+    """The first and last node of each spec (every node of a spec has the same label keys) and a
+    node of a GPU model we have no facts for, created with ``dryRun=All``: the API server's own
+    validation of names, label keys and values, and quantities."""
+    nodes = node_objects(generate(load_spec(resolve_spec_path(spec_name))))
+    odd = {**nodes[0], "metadata": {**nodes[0]["metadata"], "name": "odd-gpu", "labels": {
+        **nodes[0]["metadata"]["labels"], "nvidia.com/gpu.product": gpu_facts("Some GPU (weird) 96GB").product}}}
+    api = kube_cluster.api()
+    try:
+        for node in (nodes[0], nodes[-1], odd):
+            obj, status, _managers = normalise_node(node)
+            created = api.post("/api/v1/nodes", {**obj, "status": status}, dryRun="All", fieldValidation="Strict")
+            assert created["metadata"]["labels"] == node["metadata"]["labels"]
+            assert created["status"]["capacity"]["nvidia.com/gpu"] == node["status"]["capacity"]["nvidia.com/gpu"]
+        assert _nodes(api) == {}  # a dry run writes nothing
     finally:
         api.close()

@@ -52,3 +52,22 @@ def test_webhook_failure_policies_match_their_purpose() -> None:
     assert budget["rules"][0]["resources"] == ["pods"] and budget["rules"][0]["operations"] == ["CREATE"]
     # topology: advisory, never blocks a submission
     assert topology["failurePolicy"] == "Ignore" and topology["sideEffects"] == "None"
+
+
+def test_every_workload_runs_as_a_shipped_service_account_with_a_binding() -> None:
+    docs = _docs()
+    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "ServiceAccount"}
+    bound = {(s["namespace"], s["name"]) for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+             for s in d["subjects"] if s["kind"] == "ServiceAccount"}  # fmt: skip
+    roles = {d["metadata"]["name"] for d in docs if d["kind"] in ("ClusterRole", "Role")}
+    assert all(d["roleRef"]["name"] in roles for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding"))
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    for d in deployments:
+        who = (d["metadata"]["namespace"], d["spec"]["template"]["spec"]["serviceAccountName"])
+        assert who in accounts, f"{d['metadata']['name']} runs as {who}, which deploy/ does not create"
+    # every account has a role bound (an account with none would run with no permission at all)
+    assert accounts <= bound, accounts - bound
+    # least privilege in the manifests themselves: no wildcard and no Secret access anywhere
+    rules = [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+    assert rules and all("*" not in r["verbs"] and "*" not in r["resources"] for r in rules)
+    assert not any("secrets" in r["resources"] for r in rules)
