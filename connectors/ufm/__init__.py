@@ -9,7 +9,10 @@ from connectors.ufm.client import (
     UfmFabric,
     UfmNotFound,
     UfmTimeout,
+    UfmTlsError,
     UfmUnreachable,
+    decode_body,
+    rows_of,
 )
 from connectors.ufm.parser import SOURCE, to_fabric
 
@@ -23,6 +26,9 @@ __all__ = [
     "UfmFabric",
     "UfmNotFound",
     "UfmTimeout",
+    "UfmTlsError",
     "UfmUnreachable",
+    "decode_body",
+    "rows_of",
     "to_fabric",
 ]
