@@ -140,6 +140,7 @@ class NodeClass(StrEnum):
     UFM_SERVER = "ufm_server"
     SHARP_AGGREGATION_NODE = "sharp_aggregation_node"
     STORAGE = "storage"
+    LOGIN = "login"
     MANAGEMENT = "management"
     EXCLUDED = "excluded"  # the site's filter said so
     ROUTER = "router"
@@ -153,6 +154,7 @@ FINDING_SEVERITY: Mapping[NodeClass, Severity] = {
     NodeClass.UFM_SERVER: Severity.INFO,
     NodeClass.SHARP_AGGREGATION_NODE: Severity.INFO,
     NodeClass.STORAGE: Severity.INFO,
+    NodeClass.LOGIN: Severity.INFO,
     NodeClass.MANAGEMENT: Severity.INFO,
     NodeClass.EXCLUDED: Severity.INFO,
     NodeClass.ROUTER: Severity.INFO,
@@ -162,7 +164,12 @@ FINDING_SEVERITY: Mapping[NodeClass, Severity] = {
 @dataclass(frozen=True)
 class HcaFilter:
     """Site rules on top of the built-in ones: regexes on the host name (or the whole description
-    when no host name can be read), checked in this order: exclude, ufm, storage, management."""
+    when no host name can be read), checked in this order: exclude, ufm, storage, login,
+    management.
+
+    These alone decide that a host is not compute, so they are strict (a word of the name, not any
+    substring). Hosts they miss are still set apart in topology derivation when they break the
+    fleet's compute pattern (``core.topology.roles``)."""
 
     exclude: Sequence[str] = ()
     ufm: Sequence[str] = (r"(?i)(^|[-_.])ufm([-_.\d]|$)",)
@@ -170,7 +177,8 @@ class HcaFilter:
         # Parallel file systems that sit on the compute fabric (DDN, VAST, Weka, Lustre OSS/MDS).
         r"(?i)(^|[-_.])(ddn|vast|weka|lustre|oss\d*|mds\d*|exa|gpfs|nfs|stor(age)?\d*)([-_.\d]|$)",
     )
-    management: Sequence[str] = (r"(?i)(^|[-_.])(mgmt|head|login|slurmctld|bcm|admin)([-_.\d]|$)",)
+    login: Sequence[str] = (r"(?i)(^|[-_.])(login|lgn)([-_.\d]|$)",)
+    management: Sequence[str] = (r"(?i)(^|[-_.])(mgmt|head|slurmctld|bcm|admin)([-_.\d]|$)",)
 
     @classmethod
     def from_mapping(cls, rules: Mapping[str, Sequence[str]] | Mapping[Any, Sequence[str]] | None) -> HcaFilter:
@@ -182,6 +190,7 @@ class HcaFilter:
             exclude=tuple(rules.get("exclude", ())),
             ufm=(*base.ufm, *rules.get("ufm", ())),
             storage=(*base.storage, *rules.get("storage", ())),
+            login=(*base.login, *rules.get("login", ())),
             management=(*base.management, *rules.get("management", ())),
         )
 
@@ -191,6 +200,7 @@ class HcaFilter:
             (NodeClass.EXCLUDED, self.exclude),
             (NodeClass.UFM_SERVER, self.ufm),
             (NodeClass.STORAGE, self.storage),
+            (NodeClass.LOGIN, self.login),
             (NodeClass.MANAGEMENT, self.management),
         ):
             out.extend((cls_, re.compile(p)) for p in patterns)

@@ -421,9 +421,9 @@ class FabricManagerSource(_Model):
     retries: Retries = 3
     # kind ibnetdiscover: a saved output to load instead of running the command on this host.
     path: ConfigPath | None = None
-    # Extra host-name regexes per class (exclude, ufm, storage, management), on top of the
+    # Extra host-name regexes per class (exclude, ufm, storage, login, management), on top of the
     # built-in rules of core/infiniband.py: those HCAs become findings, not compute hosts.
-    host_classes: dict[Literal["exclude", "ufm", "storage", "management"], list[NonEmptyStr]] = Field(
+    host_classes: dict[Literal["exclude", "ufm", "storage", "login", "management"], list[NonEmptyStr]] = Field(
         default_factory=dict
     )
 

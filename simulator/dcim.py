@@ -39,7 +39,7 @@ def dcim_row(record: DcimRecord) -> dict[str, str | int]:
         "rack": record.rack,
         "node": record.node,
         "role": record.role,
-        "gpu_model": record.gpu_model,
+        "gpu_model": record.gpu_model or "",  # a server without GPUs: the cell is empty
         "gpu_count": record.gpu_count,
         "hca_count": record.hca_count,
         "hcas": record.hcas_field,

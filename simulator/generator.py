@@ -19,7 +19,12 @@ Wiring follows the NVIDIA DGX SuperPOD reference architectures:
   NVL72: one domain per rack of 18 trays, cut into equal sub-domains);
 * one frontend/management NIC per host to an Ethernet leaf (hosts in order, filling leaves);
   leaves use their last ports as uplinks to every spine; leaves and spines cycle through the
-  listed platforms so each vendor's port naming appears.
+  listed platforms so each vendor's port naming appears;
+* service hosts (UFM, storage, login, management servers; ``spec.service_hosts``) are hosts with
+  a non-compute ``role``: HCA ``i`` on the rail-``rails[i]`` leaf's first free port, no GPUs, no
+  Ethernet cable, no domains. :meth:`GroundTruth.hosts` stays the compute hosts (every GPU-node
+  twin iterates it); :meth:`GroundTruth.service_hosts` lists the others, and the IB twins and
+  DCIM, which iterate devices, HCAs and links, show them as the real fabric and inventory would.
 """
 
 from __future__ import annotations
@@ -144,7 +149,7 @@ class DcimRecord:
     rack: str
     node: str
     role: str
-    gpu_model: str
+    gpu_model: str | None  # None: a server without GPUs (the export leaves the cell empty)
     gpu_count: int
     hca_count: int
     hcas: tuple[DcimHca, ...]
@@ -221,7 +226,12 @@ class GroundTruth:
         return [d for d in self.devices if d.name == name]
 
     def hosts(self) -> list[Device]:
-        return [d for d in self.devices if d.kind is DeviceKind.HOST]
+        """The compute hosts (GPU nodes), in spec order."""
+        return [d for d in self.devices if d.kind is DeviceKind.HOST and d.attributes.get("role") == "compute"]
+
+    def service_hosts(self) -> list[Device]:
+        """Hosts on the fabric that are not compute hosts (UFM, storage, login, management)."""
+        return [d for d in self.devices if d.kind is DeviceKind.HOST and d.attributes.get("role") != "compute"]
 
     def switches(self, tier: Tier | str | None = None, fabric: LinkKind | str | None = None) -> list[Device]:
         """Switches, optionally of one tier and one fabric (``ib`` or ``eth``)."""
@@ -237,6 +247,7 @@ class GroundTruth:
         return out
 
     def hcas(self, host: str | None = None) -> list[Device]:
+        """HCAs of one host, or every HCA on the fabric (service hosts' included)."""
         if host is not None:
             return [d for d in self._children.get(host, []) if d.kind is DeviceKind.HCA]
         return [d for d in self.devices if d.kind is DeviceKind.HCA]
@@ -407,6 +418,7 @@ class _Builder:
         self._hosts()
         self._ib_switches_and_links()
         self._eth_fabric()
+        self._service_hosts()
         domains = self._host_domains()
         dcim = self._dcim()
         defects = _DefectPlacer(self, dcim).place()
@@ -716,6 +728,67 @@ class _Builder:
                         )
                     )
 
+    def _service_hosts(self) -> None:
+        """Service hosts after everything else, so compute identities and wiring do not move."""
+        spec = self.spec
+        speed = spec.link_speed_gbps
+        hca_model = HCA_MODEL[spec.compute_fabric.speed]
+        first_free = spec.leaf_downlinks + spec.leaf_uplinks + 1
+        taken: dict[str, int] = defaultdict(int)
+        for k, sh in enumerate(spec.service_hosts):
+            self.names[sh.name] = sh.name
+            self._add_device(
+                Device(
+                    id=sh.name,
+                    kind=DeviceKind.HOST,
+                    identity_kind=IdentityKind.NODE_NAME,
+                    name=sh.name,
+                    attributes={
+                        "role": sh.role,
+                        "model": sh.model,
+                        "rack": sh.rack,
+                        "gpu_count": 0,
+                        "hca_count": len(sh.rails),
+                        "serial": self.ids.serial(sh.name),
+                        "bmc_address": _bmc_address(len(spec.host_names) + k),
+                    },
+                )
+            )
+            for i, rail in enumerate(sh.rails):
+                hca = f"mlx5_{i}"
+                guid = self.ids.guid(f"hca:{sh.name}:{hca}")
+                self._add_device(
+                    Device(
+                        id=guid,
+                        kind=DeviceKind.HCA,
+                        identity_kind=IdentityKind.NODE_GUID,
+                        name=f"{sh.name} {hca}",
+                        system_guid=guid,
+                        parent_id=sh.name,
+                        attributes={
+                            "hca": hca,
+                            "rail": rail,
+                            "model": hca_model,
+                            "node_description": f"{sh.name} {hca}",
+                        },
+                    )
+                )
+                self.ports.append(
+                    Port(
+                        device_id=guid, port="1", vendor_name="1", guid=guid, rail=rail, speed_gbps=speed,
+                        description=f"{sh.name} {hca}",
+                    )
+                )  # fmt: skip
+                s, g, r = spec.service_leaf(sh, i)
+                leaf = self.leaf_ids[(s, g, r)]
+                port = first_free + taken[leaf]
+                taken[leaf] += 1
+                self.wiring.add(
+                    self._link(
+                        PortRef(device_id=guid, port="1"), PortRef(device_id=leaf, port=str(port)), LinkKind.IB, speed
+                    )
+                )
+
     def _host_domains(self) -> dict[str, HostDomains]:
         spec = self.spec
         cf = spec.compute_fabric
@@ -763,6 +836,28 @@ class _Builder:
                     bmc_address=host.attributes["bmc_address"],
                     serial=host.attributes["serial"],
                     su=_su_name(spec, slot.su),
+                )
+            )
+        for sh in spec.service_hosts:
+            host = self.devices[self.dev_index[sh.name]]
+            records.append(
+                DcimRecord(
+                    rack=sh.rack,
+                    node=sh.name,
+                    role=sh.role,
+                    gpu_model=None,
+                    gpu_count=0,
+                    hca_count=len(sh.rails),
+                    hcas=tuple(
+                        DcimHca(hca.attributes["hca"], hca.attributes["rail"], hca.id)
+                        for hca in sorted(
+                            (d for d in self.devices if d.parent_id == sh.name and d.kind is DeviceKind.HCA),
+                            key=lambda d: str(d.attributes["hca"]),
+                        )
+                    ),
+                    bmc_address=host.attributes["bmc_address"],
+                    serial=host.attributes["serial"],
+                    su="",  # in the management rack, in no SU
                 )
             )
         return records
@@ -1122,12 +1217,12 @@ class _DefectPlacer:
 
     def _dcim_extra_hosts(self, value: int | list[str], rng: random.Random) -> None:
         spec = self.spec
-        taken = set(spec.host_names) | {r.node for r in self.dcim}
+        taken = set(spec.host_names) | {r.node for r in self.dcim} | {sh.name for sh in spec.service_hosts}
         if isinstance(value, int):
             names = list(_spare_names(spec.host_names, taken, value))
         else:
             names = [n for expr in value for n in expand(expr) if n not in taken]
-        n_hosts = len(spec.host_names)
+        n_hosts = len(spec.host_names) + len(spec.service_hosts)  # BMC addresses past every real host
         for i, name in enumerate(names):
             taken.add(name)
             hcas = tuple(

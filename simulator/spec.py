@@ -177,6 +177,30 @@ class ManagementFabricSpec(_Strict):
     spine: EthLayer
 
 
+ServiceRole = Literal["ufm_server", "storage", "login", "management"]
+
+
+class ServiceHostSpec(_Strict):
+    """A server that is cabled into the compute fabric but is not a compute node.
+
+    The DGX SuperPOD RAs put the UFM appliances on the compute fabric: the H100 and B200 RAs count
+    4 "Compute and UFM" cables beyond the DGX ones (31 DGX per SU: "a DGX system must be removed
+    to accommodate for UFM connectivity"), i.e. two appliances with two ports each on rail leaves.
+    HCA ``i`` (``mlx5_i``) lands on the rail-``rails[i]`` leaf of the given SU and rail group, on
+    that leaf's first port past its host ports and uplinks, so it needs leaves with free ports.
+    It has no GPUs, no NVLink domain and no Ethernet cable in the simulator; it is in the IB
+    fabric (ibnetdiscover, UFM) and in DCIM with its role, and nowhere a GPU node is.
+    """
+
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", description="host name (a DNS label)")
+    role: ServiceRole
+    model: str = Field(default="x86 server", description="e.g. 'UFM Enterprise Appliance'")
+    rails: list[NonNegativeInt] = Field(min_length=1, description="HCA i is cabled to the rail-rails[i] leaf")
+    su: PositiveInt | None = Field(default=None, description="1-based SU of its leaves; default the last")
+    rail_group: PositiveInt | None = Field(default=None, description="1-based rail group; default the last")
+    rack: str = Field(default="mgmt01", description="the management rack DCIM lists it in")
+
+
 class MiscabledTarget(_Strict):
     """Put ``host``'s rail-``rail`` HCA on the rail-``to_rail`` leaf, swapping with ``with_host``."""
 
@@ -241,6 +265,9 @@ class ClusterSpec(_Strict):
     nvlink: NvlinkSpec
     compute_fabric: ComputeFabricSpec
     management_fabric: ManagementFabricSpec
+    service_hosts: list[ServiceHostSpec] = Field(
+        default_factory=list, description="UFM, storage, login or management servers on the compute fabric"
+    )
     defects: DefectSpec = DefectSpec()
 
     @field_validator("hosts", "racks")
@@ -288,6 +315,17 @@ class ClusterSpec(_Strict):
     def leaf_uplinks(self) -> int:
         up = self.compute_fabric.leaf.uplinks
         return self.leaf_downlinks if up is None else up
+
+    @property
+    def leaf_free_ports(self) -> int:
+        """Ports of a leaf past its host ports and uplinks: where service hosts are cabled."""
+        return self.compute_fabric.leaf.radix - self.leaf_downlinks - self.leaf_uplinks
+
+    def service_leaf(self, host: ServiceHostSpec, i: int) -> tuple[int, int, int]:
+        """(su, rail group, rail), 0-based, of the leaf service host HCA ``i`` is cabled to."""
+        su = (host.su or self.scalable_units) - 1
+        group = (host.rail_group or self.compute_fabric.rail_groups_per_su) - 1
+        return su, group, host.rails[i]
 
     @property
     def spine_groups(self) -> int:
@@ -567,7 +605,48 @@ def _consistency_issues(spec: ClusterSpec) -> list[tuple[tuple[str | int, ...], 
                 f"{mf.leaf.count} leaves x {mf.links_per_spine} links do not fit {mf.spine.radix} ports",
             )
         )
+    out.extend(_service_host_issues(spec))
     out.extend(_defect_issues(spec))
+    return out
+
+
+def _service_host_issues(spec: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """Service hosts: unique new names, leaves that exist, and a free leaf port for every HCA."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    hosts = set(spec.host_names)
+    seen: set[str] = set()
+    per_leaf: dict[tuple[int, int, int], int] = {}
+    for i, sh in enumerate(spec.service_hosts):
+        loc: tuple[str | int, ...] = ("service_hosts", i)
+        if sh.name in hosts:
+            out.append(((*loc, "name"), f"{sh.name!r} is a compute host"))
+        elif sh.name in seen:
+            out.append(((*loc, "name"), f"{sh.name!r} is listed twice"))
+        seen.add(sh.name)
+        if sh.su is not None and sh.su > spec.scalable_units:
+            out.append(((*loc, "su"), f"SU {sh.su} > scalable_units ({spec.scalable_units})"))
+            continue
+        groups = spec.compute_fabric.rail_groups_per_su
+        if sh.rail_group is not None and sh.rail_group > groups:
+            out.append(((*loc, "rail_group"), f"rail group {sh.rail_group} > rail_groups_per_su ({groups})"))
+            continue
+        for k, rail in enumerate(sh.rails):
+            if rail >= spec.rails:
+                out.append(((*loc, "rails", k), f"rail {rail} >= rails ({spec.rails})"))
+                continue
+            leaf = spec.service_leaf(sh, k)
+            per_leaf[leaf] = per_leaf.get(leaf, 0) + 1
+            if per_leaf[leaf] > spec.leaf_free_ports:
+                radix = spec.compute_fabric.leaf.radix
+                used = f"{spec.leaf_downlinks} host ports + {spec.leaf_uplinks} uplinks of {radix}"
+                taken = f", {spec.leaf_free_ports} free and all taken" if spec.leaf_free_ports > 0 else ""
+                out.append(
+                    (
+                        (*loc, "rails", k),
+                        f"the rail-{rail} leaf of SU {leaf[0] + 1} rail group {leaf[1] + 1} has no free port "
+                        f"({used}{taken}); the DGX SuperPOD RA frees ports for UFM by leaving a DGX out",
+                    )
+                )
     return out
 
 

@@ -37,6 +37,7 @@ class TopologyRunConfig(dg.Config):
     design_sizes: dict[str, int] = {}
     check_severity: str = "error"
     block_sizes: list[int] = []
+    host_roles: dict[str, Any] = {}  # core.topology.roles.HostRoleRules: thresholds and name hints
 
     def to_config(self) -> TopologyConfig:
         return TopologyConfig.from_mapping(
@@ -47,6 +48,7 @@ class TopologyRunConfig(dg.Config):
                 "design_sizes": self.design_sizes,
                 "check_severity": self.check_severity,
                 "block_sizes": self.block_sizes or None,
+                "host_roles": self.host_roles or None,
             }
         )
 

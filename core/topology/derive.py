@@ -7,6 +7,11 @@ The order matters and each step only uses evidence that earlier steps made trust
    are attributed by the DCIM inventory's HCA GUIDs, then by a system image GUID shared with a
    named HCA; whatever remains waits for step 4. Each stays a finding either way: the node
    description is still wrong on the fabric.
+1b. Hosts that are not compute hosts although no name rule said so are set apart before anything
+   is learned from the hosts: a non-compute DCIM role, else a break with the fleet's compute
+   pattern (``core.topology.roles``: far fewer HCAs than the fleet's compute hosts, and a name
+   or rails that do not follow the fleet's). They keep their HCAs and role, and take part in no
+   rail group, rail vote, attribution or compute finding.
 2. Tiers from the switch graph (hop distance from switches that have compute hosts).
 3. Rail groups (blocks): leaves grouped by the similarity of the host sets below them; spine
    groups: spines grouped by the similarity of their leaf sets; pods: connected switch components.
@@ -37,7 +42,7 @@ from core.topology.fabric import (
     natural_key,
     similarity_groups,
 )
-from core.topology.inputs import IbLinkObs, IbNodeObs, Observations, TopologyConfig
+from core.topology.inputs import DcimNodeObs, IbLinkObs, IbNodeObs, Observations, TopologyConfig
 from core.topology.model import (
     LEVELS,
     DomainOut,
@@ -48,9 +53,14 @@ from core.topology.model import (
     TopologyModel,
     sorted_findings,
 )
+from core.topology.roles import HostFacts, classify_hosts
 
 MISNAMED = ("unnamed_hca", "default_hostname", "unknown_ca")
 """Node classes of CAs that are probably compute HCAs whose description names no usable host."""
+
+NAMED_NON_COMPUTE = ("ufm_server", "storage", "login", "management")
+"""Node classes the ingest name rules give; a DCIM role of ``compute`` overrides them (the site's
+``exclude`` class is never overridden: it is an explicit instruction)."""
 
 MISNAMED_SEVERITY = Severity.WARNING
 TIER_ORDER: Mapping[Tier, int] = {Tier.LEAF: 0, Tier.SPINE: 1, Tier.CORE: 2}
@@ -99,6 +109,15 @@ class _State:
     unresolved: list[dict[str, Any]] = field(default_factory=list)
     dcim_by_guid: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     rail_of_name: dict[str, str] = field(default_factory=dict)
+    dcim: dict[str, DcimNodeObs] = field(default_factory=dict)  # normalised node name -> row
+    # Hosts set apart as not compute (DCIM role or fleet pattern): host -> (role, reason), and
+    # their HCAs, kept out of ``hcas`` so no compute step sees them.
+    service: dict[str, tuple[str, str]] = field(default_factory=dict)
+    service_hcas: dict[str, _Hca] = field(default_factory=dict)
+
+    def dcim_role(self, host: str) -> str | None:
+        row = self.dcim.get(host)
+        return self.cfg.host_roles.dcim_role(row.role) if row is not None else None
 
 
 def derive(obs: Observations, config: TopologyConfig | None = None) -> TopologyModel:
@@ -108,7 +127,7 @@ def derive(obs: Observations, config: TopologyConfig | None = None) -> TopologyM
     norm = cfg.hostnames.normalise
 
     # --- DCIM first: it is the reference HCA GUIDs and rails are read from ---
-    dcim: dict[str, Any] = {}
+    dcim = st.dcim
     name_rails: dict[str, Counter[int]] = defaultdict(Counter)
     for drow in sorted(obs.dcim, key=lambda r: (r.source, r.node)):
         node = norm(drow.node)
@@ -140,6 +159,7 @@ def derive(obs: Observations, config: TopologyConfig | None = None) -> TopologyM
             _attach(st.hcas[b], a, ap)
         elif b in st.switches and a in st.hcas:
             _attach(st.hcas[a], b, bp)
+    _set_apart_non_compute(st)
     for h in st.hcas.values():
         if h.leaf is not None and h.host is not None:
             leaf_hosts[h.leaf].add(h.host)
@@ -230,9 +250,9 @@ def derive(obs: Observations, config: TopologyConfig | None = None) -> TopologyM
         if h.host is not None:
             ib_hosts[h.host].append(h)
     k8s = {norm(n) for n in obs.k8s_nodes}
-    compute_dcim = {n for n, r in dcim.items() if (r.role or "compute").lower() == "compute"}
+    compute_dcim = {n for n in dcim if st.dcim_role(n) in (None, "compute")}
     names = set(ib_hosts) | eth.hosts | compute_dcim | k8s
-    other_hosts = _non_compute(st)
+    other_hosts = _non_compute(st, eth.hosts)
     names -= set(other_hosts)
 
     host_members: dict[str, list[str]] = defaultdict(list)
@@ -434,9 +454,10 @@ def _ib_nodes(st: _State, rows: Iterable[IbNodeObs]) -> None:
             st.switches[guid] = n
             continue
         sysimg = _norm_guid(n.system_guid) if n.system_guid else None
-        if n.node_class == "compute_hca" and n.hostname:
+        named_compute = n.node_class in NAMED_NON_COMPUTE and n.hostname and st.dcim_role(norm(n.hostname)) == "compute"
+        if (n.node_class == "compute_hca" or named_compute) and n.hostname:
             st.hcas[guid] = _Hca(
-                guid, norm(n.hostname), n.hca, _rail(st, guid, n.hca), "node_description", n.node_class,
+                guid, norm(n.hostname), n.hca, _rail(st, guid, n.hca), "node_description", "compute_hca",
                 n.description, system_guid=sysimg,
             )  # fmt: skip
         elif n.node_class in MISNAMED and n.node_type == "ca":
@@ -521,15 +542,114 @@ def _attribute_by_topology(
             items[0].host, items[0].attribution = candidates[0], "topology"
 
 
-def _non_compute(st: _State) -> dict[str, HostOut]:
-    """Nodes on the fabric that are not compute hosts, keyed by the name they are listed under."""
+def _set_apart_non_compute(st: _State) -> None:
+    """Step 1b: move the hosts that are not compute hosts out of ``st.hcas`` (see the module doc).
+
+    Runs once HCAs are attached to their leaves and before anything is learned from the hosts.
+    The rails judged here are the leaves' majority rails over every named HCA: a UFM server's two
+    votes among a rail group's 32 cannot move them.
+    """
+    rules = st.cfg.host_roles
+    by_host: dict[str, list[_Hca]] = defaultdict(list)
+    for h in st.hcas.values():
+        if h.host is not None:
+            by_host[h.host].append(h)
+    verdict: dict[str, tuple[str, str]] = {}
+    kept: set[str] = set()  # DCIM says compute: never judged by the pattern
+    for host in by_host:
+        role = st.dcim_role(host)
+        if role == "compute":
+            kept.add(host)
+        elif role is not None:
+            row = st.dcim[host]
+            verdict[host] = (role, f"DCIM ({row.source}) lists its role as {row.role!r}")
+    rails_on: dict[str, list[str]] = defaultdict(list)
+    for h in st.hcas.values():
+        if h.leaf is not None and h.rail is not None:
+            rails_on[h.leaf].append(h.rail)
+    leaf_rail: dict[str, str] = {}
+    for leaf, rails in rails_on.items():
+        rail, votes, total = majority(rails)
+        if rail is not None and votes * 2 > total:
+            leaf_rail[leaf] = rail
+    facts = []
+    for host, cas in sorted(by_host.items()):
+        if host in verdict:
+            continue
+        checked = [(leaf_rail[c.leaf], c.rail) for c in cas if c.leaf in leaf_rail and c.rail is not None]
+        on_rail = len([1 for leaf_has, own in checked if leaf_has == own])
+        facts.append(HostFacts(host, len(cas), on_rail, len(checked)))
+    for host, found in classify_hosts(facts, rules).items():
+        if host not in kept:
+            verdict[host] = found
+    for host, found in verdict.items():
+        st.service[host] = found
+        for h in by_host[host]:
+            st.service_hcas[h.guid] = st.hcas.pop(h.guid)
+
+
+def _dcim_override(st: _State, name: str, role: str, why: str) -> tuple[str, str]:
+    """A non-compute DCIM role replaces the role a name rule gave (the inventory is the operator's word)."""
+    dcim_role = st.dcim_role(name)
+    if dcim_role is None or dcim_role == "compute" or dcim_role == role:
+        return role, why
+    row = st.dcim[name]
+    return dcim_role, f"DCIM ({row.source}) lists its role as {row.role!r} (the fabric said: {why})"
+
+
+def _non_compute(st: _State, eth_hosts: set[str]) -> dict[str, HostOut]:
+    """Hosts on the fabric, or in DCIM with a non-compute role, that are not compute hosts, keyed
+    by the name they are listed under."""
     out: dict[str, HostOut] = {}
     norm = st.cfg.hostnames.normalise
+
+    def sources(name: str, *first: str) -> tuple[str, ...]:
+        return (*first, *(("eth",) if name in eth_hosts else ()), *(("dcim",) if name in st.dcim else ()))
+
+    def rack(name: str) -> str | None:
+        row = st.dcim.get(name)
+        return row.rack if row is not None else None
+
+    for name, (role, why) in sorted(st.service.items()):
+        cas = sorted((c for c in st.service_hcas.values() if c.host == name), key=lambda c: (c.hca or "", c.guid))
+        out[name] = HostOut(
+            name=name, role=role, role_reason=why, hcas=tuple(_hca_out(c) for c in cas), sources=sources(name, "ib"),
+            rack=rack(name),
+        )  # fmt: skip
+    cabled: dict[str, tuple[str, str]] = {}  # other CA -> (switch, port): where its cable lands
+    for (a, ap, b, bp), link in st.links.items():
+        if not link["internal"]:
+            if a in st.other and b in st.switches:
+                cabled[a] = (b, str(bp))
+            elif b in st.other and a in st.switches:
+                cabled[b] = (a, str(ap))
+    named: dict[str, list[str]] = defaultdict(list)
     for guid, n in sorted(st.other.items()):
-        name = norm(n.hostname) if n.hostname and n.node_class not in MISNAMED else guid
+        named[norm(n.hostname) if n.hostname and n.node_class not in MISNAMED else guid].append(guid)
+    for name, guids in named.items():
         if name in out:
             continue
-        out[name] = HostOut(name=name, role=n.node_class, role_reason=n.class_reason, sources=("ib",))
+        n = st.other[guids[0]]
+        role, why = _dcim_override(st, name, n.node_class, n.class_reason)
+        hcas = tuple(
+            HcaOut(guid=g, hca=st.other[g].hca, rail=None, leaf=cabled[g][0] if g in cabled else None,
+                   leaf_port=cabled[g][1] if g in cabled else None, attribution="node_description")
+            for g in sorted(guids, key=lambda g: (st.other[g].hca or "", g))
+            if st.other[g].node_type == "ca" and g != name
+        )  # fmt: skip
+        out[name] = HostOut(
+            name=name, role=role, role_reason=why, hcas=hcas, sources=sources(name, "ib"), rack=rack(name)
+        )
+    for name in sorted(st.dcim):
+        listed = st.dcim_role(name)
+        if name in out or listed is None or listed == "compute":
+            continue
+        row = st.dcim[name]
+        where = "on the fabric" if name in eth_hosts else "on no fabric"
+        out[name] = HostOut(
+            name=name, role=listed, role_reason=f"DCIM ({row.source}) lists its role as {row.role!r}; {where}",
+            sources=sources(name), rack=row.rack,
+        )  # fmt: skip
     for h in sorted(st.hcas.values(), key=lambda c: c.guid):
         if h.host is None:
             out[h.guid] = HostOut(
@@ -550,7 +670,7 @@ def _hca_out(h: _Hca) -> HcaOut:
 
 
 def _ethernet(st: _State, obs: Observations, dcim: Mapping[str, Any]) -> EthResult:
-    known = {h.host for h in st.hcas.values() if h.host} | set(dcim)
+    known = {h.host for h in st.hcas.values() if h.host} | set(dcim) | set(st.service)
     return resolve_ethernet(obs.lldp, obs.eth_systems, obs.eth_interfaces, known, st.cfg.hostnames)
 
 
@@ -821,7 +941,7 @@ def _finding_links(st: _State, tiers: Mapping[str, tuple[Tier | None, str]], nam
 def _label(st: _State, guid: str, names_of: Mapping[str, str]) -> str:
     if guid in names_of:
         return names_of[guid]
-    h = st.hcas.get(guid)
+    h = st.hcas.get(guid) or st.service_hcas.get(guid)
     if h is not None and h.host:
         return f"{h.host}/{h.hca or guid}"
     return guid

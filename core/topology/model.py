@@ -57,8 +57,10 @@ class HcaOut:
 @dataclass(frozen=True)
 class HostOut:
     name: str
-    role: str  # compute, or the reason class it is not (ufm_server, storage, unnamed_hca ...)
-    role_reason: str
+    # compute, or what it is instead: a name class (ufm_server, storage, login, management, unnamed_hca
+    # ...), a DCIM role (normalised: "UFM Server" -> ufm_server), or a fleet-pattern verdict.
+    role: str
+    role_reason: str  # the sources that saw it, the rule that matched, or the facts that deviated
     block: str | None = None
     spine_group: str | None = None
     pod: str | None = None

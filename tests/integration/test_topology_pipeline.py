@@ -158,4 +158,6 @@ def test_asset_versions_on_change_checks_and_diff(tmp_path: Path, fresh_env: str
         assert stored is not None and stored[0] == len(changes)
         query = "SELECT role, count(*) FROM topology.hosts WHERE version = 2 GROUP BY role"
         roles = dict(conn.execute(query).fetchall())
-        assert roles == {"compute": 144, "sharp_aggregation_node": 41}  # one per Quantum-2 switch
+        # one SHARP node per Quantum-2 switch, and the spec's two UFM servers told apart by the
+        # fleet's compute pattern (2 HCAs where the trays have 4), not by name
+        assert roles == {"compute": 144, "sharp_aggregation_node": 41, "ufm_server": 2}

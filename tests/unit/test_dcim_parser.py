@@ -130,8 +130,10 @@ def test_simulator_export_parses_to_exactly_the_truth(name: str, fmt: str, tmp_p
 def test_round_trip_counts_and_defects_are_what_the_specs_say() -> None:
     # Guards the round trip above against comparing two empty sets.
     assert len(truth_of("h100-4su").dcim) == 128
-    assert len(truth_of("gb200-nvl72").dcim) == 144
-    assert {len(r.hcas) for r in truth_of("gb200-nvl72").dcim} == {4}
+    # 144 GPU trays and the spec's two UFM servers (service hosts, 2 HCAs each)
+    assert len(truth_of("gb200-nvl72").dcim) == 146
+    assert {len(r.hcas) for r in truth_of("gb200-nvl72").dcim if r.role == "compute"} == {4}
+    assert sorted(len(r.hcas) for r in truth_of("gb200-nvl72").dcim if r.role != "compute") == [2, 2]
     dirty = truth_of("h100-4su+dcim-defects")
     extra = {h for d in dirty.defects_of(DefectKind.DCIM_EXTRA_HOST) for h in d.hosts}
     missing = {h for d in dirty.defects_of(DefectKind.DCIM_MISSING_HOST) for h in d.hosts}
@@ -154,7 +156,7 @@ def test_csv_from_an_open_file_and_from_arbitrary_chunks_agree(tmp_path: Path) -
         i += n
     from_chunks = parse_csv(iter(chunks))
     assert from_chunks == from_handle
-    assert len(from_handle.records) == 144 and from_handle.quarantined == []
+    assert len(from_handle.records) == 146 and from_handle.quarantined == []
     # even the whole file as one bytes object
     assert parse_csv([data]) == from_handle
 

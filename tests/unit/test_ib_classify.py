@@ -67,6 +67,12 @@ def test_description_rules() -> None:
         ("ca", "vast-cnode-3 mlx5_0", NodeClass.STORAGE, "vast-cnode-3"),
         ("ca", "mgmt01 mlx5_0", NodeClass.MANAGEMENT, "mgmt01"),
         ("ca", "slurm-head-1 mlx5_0", NodeClass.MANAGEMENT, "slurm-head-1"),
+        ("ca", "login02 mlx5_0", NodeClass.LOGIN, "login02"),
+        ("ca", "lgn-1 HCA-1", NodeClass.LOGIN, "lgn-1"),
+        # Names no strict rule reads: compute at ingest; topology derivation sets them apart by the
+        # fleet pattern (tests/unit/test_topology_core.py), where the looser role hints name them.
+        ("ca", "fabricmgr01 mlx5_0", NodeClass.COMPUTE_HCA, "fabricmgr01"),
+        ("ca", "fm01 mlx5_1", NodeClass.COMPUTE_HCA, "fm01"),
         ("ca", "something odd", NodeClass.UNKNOWN_CA, None),
         ("router", "gw", NodeClass.ROUTER, None),
         ("switch", "MF0;x:MQM9700/U1", NodeClass.SWITCH, None),
@@ -86,3 +92,14 @@ def test_site_filter_adds_to_the_defaults() -> None:
     assert c.classify("ca", "ddn-oss01 mlx5_0").node_class is NodeClass.STORAGE  # built-in still on
     assert c.classify("ca", "dgx002 mlx5_0").node_class is NodeClass.EXCLUDED
     assert c.classify("ca", "dgx003 mlx5_0").node_class is NodeClass.COMPUTE_HCA
+
+
+def test_site_login_class_and_the_order_of_classes() -> None:
+    """A site's login pattern is a class of its own; exclude still comes before every other class."""
+    f = HcaFilter.from_mapping({"login": [r"^gate\d+$"], "exclude": [r"^gate9$"]})
+    c = Classifier(f)
+    gate = c.classify("ca", "gate1 mlx5_0")
+    assert (gate.node_class, gate.reason) == (NodeClass.LOGIN, "login rule '^gate\\\\d+$' matched 'gate1'")
+    assert c.classify("ca", "gate9 mlx5_0").node_class is NodeClass.EXCLUDED
+    assert c.classify("ca", "login3 mlx5_0").node_class is NodeClass.LOGIN  # built-in still on
+    assert Classifier().classify("ca", "gate1 mlx5_0").node_class is NodeClass.COMPUTE_HCA

@@ -25,7 +25,8 @@ SPEC_DIR = Path(__file__).resolve().parents[2] / "simulator" / "specs"
 SPEC_FILES = sorted(SPEC_DIR.glob("*.yaml"))
 SPEC_IDS = [p.stem for p in SPEC_FILES]
 
-# name: nodes, gpus, IB leaves, spines, cores, and cables node-leaf / leaf-spine / spine-core
+# name: nodes, gpus, IB leaves, spines, cores, and cables node-leaf / leaf-spine / spine-core; service
+# hosts (UFM ...) and their HCAs, cabled to leaves beside the nodes' (the RA's "Compute and UFM" cables)
 EXPECTED: dict[str, dict[str, int]] = {
     "h100-1su": dict(
         nodes=32, gpus=256, leaves=8, spines=4, cores=0, node_leaf=256, leaf_spine=256, spine_core=0
@@ -44,7 +45,8 @@ EXPECTED: dict[str, dict[str, int]] = {
         spine_core=4096,
     ),
     "gb200-nvl72": dict(
-        nodes=144, gpus=576, leaves=32, spines=9, cores=0, node_leaf=576, leaf_spine=576, spine_core=0
+        nodes=144, gpus=576, leaves=32, spines=9, cores=0, node_leaf=576, leaf_spine=576, spine_core=0,
+        service_hosts=2, service_hcas=4,
     ),
 }
 
@@ -100,22 +102,24 @@ def test_counts_match_the_reference_architecture(stem: str) -> None:
     assert len(truth.hosts()) == exp["nodes"]
     assert [h.id for h in truth.hosts()] == spec.host_names
     assert len(truth.gpus()) == exp["gpus"]
-    assert len(truth.hcas()) == exp["nodes"] * spec.rails
+    service, service_hcas = exp.get("service_hosts", 0), exp.get("service_hcas", 0)
+    assert len(truth.service_hosts()) == service
+    assert len(truth.hcas()) == exp["nodes"] * spec.rails + service_hcas
     assert len(truth.switches(Tier.LEAF, LinkKind.IB)) == exp["leaves"]
     assert len(truth.switches(Tier.SPINE, LinkKind.IB)) == exp["spines"]
     assert len(truth.switches(Tier.CORE, LinkKind.IB)) == exp["cores"]
     assert len(truth.switches(Tier.LEAF, LinkKind.ETH)) == spec.management_fabric.leaf.count
     assert len(truth.switches(Tier.SPINE, LinkKind.ETH)) == spec.management_fabric.spine.count
     pairs = ib_tier_pairs(truth)
-    assert pairs[("hca", "leaf")] == exp["node_leaf"]
+    assert pairs[("hca", "leaf")] == exp["node_leaf"] + service_hcas
     assert pairs[("leaf", "spine")] == exp["leaf_spine"]
     assert pairs[("core", "spine")] == exp["spine_core"]
-    assert sum(pairs.values()) == exp["node_leaf"] + exp["leaf_spine"] + exp["spine_core"]
+    assert sum(pairs.values()) == exp["node_leaf"] + service_hcas + exp["leaf_spine"] + exp["spine_core"]
     eth = [lk for lk in truth.links if lk.kind is LinkKind.ETH]
     mf = spec.management_fabric
     assert len(eth) == exp["nodes"] + mf.leaf.count * mf.spine.count * mf.links_per_spine
     assert truth.defects == []
-    assert len(truth.dcim) == exp["nodes"]
+    assert len(truth.dcim) == exp["nodes"] + service
 
 
 def test_h100_4su_leaves_have_32_down_and_2_up_to_each_spine() -> None:
@@ -469,7 +473,7 @@ def test_each_knob_injects_exactly_what_it_records(stem: str, knob: str) -> None
         assert dirty.device(d.devices[1]).attributes["inventory_name"] == d.detail["original_name"]
     if kind is DefectKind.DCIM_EXTRA_HOST:
         assert len(dirty.dcim) == len(clean.dcim) + n
-        extra = {r.node for r in dirty.dcim} - set(spec.host_names)
+        extra = {r.node for r in dirty.dcim} - set(spec.host_names) - {h.name for h in spec.service_hosts}
         assert extra == {d.hosts[0] for d in dirty.defects} and len(extra) == n
     elif kind is DefectKind.DCIM_MISSING_HOST:
         assert len(dirty.dcim) == len(clean.dcim) - n
@@ -714,3 +718,116 @@ def test_dcim_export(tmp_path: Path, fmt: str) -> None:
 def test_dcim_rejects_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="format"):
         write_dcim_export(truth_of("h100-1su"), tmp_path / "x", format="xml")  # type: ignore[arg-type]
+
+
+# --- service hosts (UFM, storage, login, management servers on the compute fabric) ---------------
+
+
+def test_gb200_ufm_servers_are_on_rail_leaves_and_nowhere_a_gpu_node_is(tmp_path: Path) -> None:
+    truth = truth_of("gb200-nvl72")
+    spec = spec_of("gb200-nvl72")
+    service = truth.service_hosts()
+    assert [(h.id, h.attributes["role"], h.attributes["hca_count"]) for h in service] == [
+        ("fabricmgr01", "ufm_server", 2), ("fabricmgr02", "ufm_server", 2),
+    ]  # fmt: skip
+    assert {h.id for h in service}.isdisjoint(h.id for h in truth.hosts())
+    first_free = str(spec.leaf_downlinks + spec.leaf_uplinks + 1)
+    landed = []
+    for host in service:
+        assert truth.gpus(host.id) == [] and host.id not in truth.host_domains
+        assert [lk.kind for lk in truth.links_of(host.id)] == []  # no Ethernet cable in the twin
+        for hca in sorted(truth.hcas(host.id), key=lambda d: str(d.attributes["hca"])):
+            peer = truth.peer(hca.id, "1")
+            assert peer is not None and peer.port == first_free
+            leaf = truth.device(peer.device_id)
+            assert leaf.attributes["rail"] == hca.attributes["rail"] and leaf.attributes["rail_group"] == 7
+            landed.append((hca.attributes["node_description"], leaf.name))
+    assert landed == [
+        ("fabricmgr01 mlx5_0", "ib-leaf-su01-rg08-r0"), ("fabricmgr01 mlx5_1", "ib-leaf-su01-rg08-r1"),
+        ("fabricmgr02 mlx5_0", "ib-leaf-su01-rg08-r2"), ("fabricmgr02 mlx5_1", "ib-leaf-su01-rg08-r3"),
+    ]  # fmt: skip
+    rows = {r.node: r for r in truth.dcim}
+    ufm = rows["fabricmgr02"]
+    assert (ufm.role, ufm.gpu_model, ufm.gpu_count, ufm.hca_count, ufm.su, ufm.rack) == (
+        "ufm_server", None, 0, 2, "", "mgmt01",
+    )  # fmt: skip
+    assert [(h.name, h.rail) for h in ufm.hcas] == [("mlx5_0", 2), ("mlx5_1", 3)]
+    assert len({r.bmc_address for r in truth.dcim}) == len(truth.dcim)
+    with write_dcim_export(truth, tmp_path / "dcim.csv").open(newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["node"] == "fabricmgr01")
+    assert (row["role"], row["gpu_model"], row["gpu_count"]) == ("ufm_server", "", "0")
+
+
+def test_ibnetdiscover_shows_service_hosts_as_the_fabric_would() -> None:
+    from connectors.ibnetdiscover.parser import parse_ibnetdiscover
+    from simulator.ib.ibnetdiscover import ib_device_count, render_lines
+
+    truth = truth_of("gb200-nvl72")
+    fabric = parse_ibnetdiscover(list(render_lines(truth)))
+    assert fabric.quarantined == []
+    by_host: dict[str, set[str]] = defaultdict(set)
+    for guid, c in fabric.classes.items():
+        if c.hostname:
+            by_host[c.hostname].add(guid)
+    assert {h: len(g) for h, g in by_host.items() if h.startswith("fabricmgr")} == {"fabricmgr01": 2, "fabricmgr02": 2}
+    assert set(by_host) == {h.id for h in truth.hosts()} | {"fabricmgr01", "fabricmgr02"}
+    assert ib_device_count(truth) == (41, 144 * 4 + 4)
+
+
+def test_service_host_defects_stay_on_compute_hosts() -> None:
+    """Count-placed link defects never pick a service host's cable, so what they record is the same."""
+    truth = with_defects("gb200-nvl72", missing_links=20, miscabled_ports=5, unnamed_hcas=10)
+    service = {h.id for h in truth.service_hosts()}
+    assert all(not (set(d.hosts) & service) for d in truth.defects)
+    assert all(truth.peer(h.id, "1") is not None for s in service for h in truth.hcas(s))
+
+
+@pytest.mark.parametrize(
+    ("entry", "path", "words"),
+    [
+        ({"name": "fm01", "role": "ufm_server", "rails": [5]}, "service_hosts[0].rails[0]",
+         "the rail-5 leaf of SU 1 rail group 1 has no free port (32 host ports + 32 uplinks of 64)"),
+        ({"name": "dgx003", "role": "management", "rails": [0]}, "service_hosts[0].name", "'dgx003' is a compute host"),
+        ({"name": "fm01", "role": "ufm_server", "rails": [9]}, "service_hosts[0].rails[0]", "rail 9 >= rails (8)"),
+        ({"name": "fm01", "role": "ufm_server", "rails": [0], "su": 2}, "service_hosts[0].su",
+         "SU 2 > scalable_units (1)"),
+        ({"name": "FM_01", "role": "ufm_server", "rails": [0]}, "service_hosts[0].name", "should match pattern"),
+        ({"name": "fm01", "role": "gpu", "rails": [0]}, "service_hosts[0].role", "'ufm_server'"),
+        ({"name": "fm01", "role": "ufm_server", "rails": []}, "service_hosts[0].rails", "at least 1"),
+    ],
+)  # fmt: skip
+def test_bad_service_hosts_name_the_field(entry: dict[str, Any], path: str, words: str) -> None:
+    data = yaml.safe_load((SPEC_DIR / "h100-1su.yaml").read_text())
+    if "free port" not in words:  # the shipped leaves are full: free 4 ports so only `entry` is wrong
+        data["compute_fabric"]["leaf"]["uplinks"] = 28
+    data["service_hosts"] = [entry]
+    with pytest.raises(SpecError) as info:
+        ClusterSpec.model_validate(data)
+    assert [i.path for i in info.value.issues] == [path], str(info.value)
+    assert words in str(info.value)
+
+
+def test_service_hosts_fill_free_ports_in_order_and_no_more() -> None:
+    """28 uplinks per leaf leave 4 free ports on an h100-1su leaf: four HCAs fit on one, a fifth not."""
+    data = spec_of("h100-1su").model_dump()
+    data["compute_fabric"]["leaf"]["uplinks"] = 28
+    data["service_hosts"] = [{"name": f"stor{i}", "role": "storage", "rails": [3]} for i in range(4)]
+    truth = generate(ClusterSpec.model_validate(data))
+    leaf = next(s.id for s in truth.switches(Tier.LEAF, LinkKind.IB) if s.name == "ib-leaf-su01-r3")
+    peers = [truth.peer(leaf, str(p)) for p in range(61, 65)]
+    assert [truth.device(p.device_id).parent_id for p in peers if p is not None] == [f"stor{i}" for i in range(4)]
+    data["service_hosts"].append({"name": "stor4", "role": "storage", "rails": [3]})
+    full = r"service_hosts\[4\]\.rails\[0\]: .*\(32 host ports \+ 28 uplinks of 64, 4 free and all taken\)"
+    with pytest.raises(SpecError, match=full):
+        ClusterSpec.model_validate(data)
+
+
+def test_service_host_errors_in_a_spec_file_name_the_yaml_line(tmp_path: Path) -> None:
+    bad, line = _bad_yaml(tmp_path, "rails: [2, 3], rail_group: 8}", "rails: [2, 4], rail_group: 8}", "gb200-nvl72")
+    with pytest.raises(SpecError) as info:
+        load_spec(bad)
+    assert [(i.path, i.line) for i in info.value.issues] == [("service_hosts[1].rails[1]", line)]
+    assert "rail 4 >= rails (4)" in str(info.value)
+    bad, line = _bad_yaml(tmp_path, "- {name: fabricmgr02", "- {name: fabricmgr01", "gb200-nvl72")
+    with pytest.raises(SpecError, match=rf"service_hosts\[1\]\.name \(line {line}\): 'fabricmgr01' is listed twice"):
+        load_spec(bad)

@@ -3,26 +3,34 @@ identity and port matching, link evidence findings, bad input, diffs."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import pytest
 
+from core.infiniband import Classifier, HcaFilter
 from core.models import Tier
 from core.topology import (
+    DcimNodeObs,
     EthInterfaceObs,
     EthSystemObs,
     HostnameRules,
     IbLinkObs,
+    IbNodeObs,
     LldpObs,
     Observations,
     TopologyConfig,
+    TopologyModel,
     derive,
     diff_models,
     summarise,
 )
 from core.topology.ethernet import resolve_ethernet
 from core.topology.fabric import assign_tiers, domain_id, domain_name, similarity_groups
-from tests.unit.test_topology_render import _guid, _node, oci_sim_fabric
+from core.topology.inputs import HostRoleRules
+from core.topology.roles import FleetPattern, HostFacts, classify_hosts, judge, learn_pattern, name_shape, weighted_mode
+from tests.unit.test_topology_render import _guid, _link, _node, oci_sim_fabric
 from tests.unit.test_topology_support import observe, truth_with
 
 
@@ -184,3 +192,185 @@ def test_adapters_only_output_derives_no_fabric_and_says_why() -> None:
     (host,) = model.hosts
     assert (host.name, host.block, host.spine_group, host.pod) == ("dgx-gb200-n01-c1", None, None, None)
     assert model.switches == () and model.domains == ()
+
+
+# --- hosts that are not compute hosts although no name rule says so (issue 19) -------------------
+
+
+def rail_fabric(
+    extra: dict[str, list[tuple[str, int]]] | None = None,
+    *,
+    drop: Collection[tuple[str, int]] = (),
+    classifier: Classifier | None = None,
+    dcim: Sequence[DcimNodeObs] = (),
+) -> Observations:
+    """A DGX H100-shaped rail-optimised fabric: 8 rail leaves under one spine, dgx001..dgx008 with
+    ``mlx5_r`` on the rail-r leaf (less the ``drop`` ones: dead HCAs), and ``extra`` hosts:
+    name -> [(HCA name, rail of the leaf it is cabled to)]."""
+    cls = classifier or Classifier()
+
+    def node(guid: str, node_type: str, description: str) -> IbNodeObs:
+        c = cls.classify(node_type, description)
+        return IbNodeObs(
+            source="fabric", guid=guid, node_type=node_type, description=description, node_class=c.node_class.value,
+            class_reason=c.reason, system_guid=guid, hostname=c.hostname, hca=c.hca, switch_name=c.switch_name,
+        )  # fmt: skip
+
+    nodes, links = [node(_guid(1), "switch", "MF0;spine-1:MQM9700/U1")], []
+    for r in range(8):
+        nodes.append(node(_guid(10 + r), "switch", f"MF0;leaf-r{r}:MQM9700/U1"))
+        links.append(_link(_guid(1), r + 1, _guid(10 + r), 64))
+    ports: Counter[int] = Counter()
+    cas = [(f"dgx{h:03d}", f"mlx5_{r}", r) for h in range(1, 9) for r in range(8) if (f"dgx{h:03d}", r) not in drop]
+    cas += [(name, hca, r) for name, items in (extra or {}).items() for hca, r in items]
+    for n, (host, hca, r) in enumerate(cas, start=100):
+        nodes.append(node(_guid(n), "ca", f"{host} {hca}"))
+        ports[r] += 1
+        links.append(_link(_guid(10 + r), ports[r], _guid(n), 1))
+    return Observations(ib_nodes=nodes, ib_links=links, dcim=dcim)
+
+
+def _non_compute(model: TopologyModel) -> dict[str, str]:
+    return {h.name: h.role for h in model.hosts if h.role != "compute"}
+
+
+def test_ufm_server_with_a_generic_name_on_rail_leaves_is_not_compute() -> None:
+    """The issue's reproduction: a 2-HCA server named 'fm01' on the rail-6 and rail-7 leaves of an
+    8-rail fleet, and one named 'svc7' on its own rails. Without the fleet pattern fm01 is a
+    compute host with the issue's two miscabled_port errors; with it, both are set apart."""
+    obs = rail_fabric({"fm01": [("mlx5_0", 6), ("mlx5_1", 7)], "svc7": [("mlx5_0", 0), ("mlx5_1", 1)]})
+    before = derive(obs, TopologyConfig(host_roles=HostRoleRules(enabled=False)))
+    assert sorted((f.kind, f.message) for f in before.findings if "fm01" in f.message) == [
+        ("host_missing_from_fabric", "fm01 is missing from ib (2 of 8 HCAs linked)"),
+        ("miscabled_port", "fm01 mlx5_0 (mlx5_0) is cabled to the mlx5_6 leaf"),
+        ("miscabled_port", "fm01 mlx5_1 (mlx5_1) is cabled to the mlx5_7 leaf"),
+    ]
+    model = derive(obs)
+    assert model.findings == ()
+    assert _non_compute(model) == {"fm01": "ufm_server", "svc7": "management"}
+    fm01, svc7 = model.host("fm01"), model.host("svc7")
+    assert fm01.role_reason == (
+        "2 HCAs where the fleet's compute hosts have 8; name 'fm01' does not follow the compute pattern 'dgx###'; "
+        "2 of its 2 cabled HCAs are not on their rail's leaf; the name suggests ufm_server"
+    )
+    assert svc7.role_reason == (
+        "2 HCAs where the fleet's compute hosts have 8; name 'svc7' does not follow the compute pattern 'dgx###'; "
+        "no name hint: management"
+    )
+    assert [(c.hca, c.leaf, c.leaf_port) for c in fm01.hcas] == [("mlx5_0", _guid(16), "9"), ("mlx5_1", _guid(17), "9")]
+    assert (fm01.block, fm01.spine_group, fm01.pod, fm01.sources) == (None, None, None, ("ib",))
+    (block,) = [d for d in model.domains if d.level == "block"]
+    assert (block.hosts, block.design_size) == (8, 8)
+    assert {s.rail for s in model.switches if s.tier is Tier.LEAF} == {f"mlx5_{r}" for r in range(8)}
+
+
+def test_compute_hosts_with_dead_hcas_stay_compute_and_keep_their_finding() -> None:
+    """One dead HCA (7 of 8), half of them (4 of 8) and 2 of 8 left on their own rails: broken
+    compute hosts, each one finding. A host named like them whose 2 HCAs sit off their rails is not."""
+    drop = [("dgx003", 5), *(("dgx004", r) for r in range(4)), *(("dgx005", r) for r in range(6))]
+    model = derive(rail_fabric({"dgx009": [("mlx5_0", 3), ("mlx5_1", 4)]}, drop=drop))
+    assert _non_compute(model) == {"dgx009": "management"}
+    assert model.host("dgx009").role_reason == (
+        "2 HCAs where the fleet's compute hosts have 8; 2 of its 2 cabled HCAs are not on their rail's leaf; "
+        "no name hint: management"
+    )
+    found = {f.devices[0]: (f.evidence["ib"]["found"], f.evidence["ib"]["expected_hcas"]) for f in model.findings}
+    assert found == {"dgx003": (7, 8), "dgx004": (4, 8), "dgx005": (2, 8)}
+    assert {f.kind for f in model.findings} == {"host_missing_from_fabric"}
+    assert all(model.host(h).block is not None for h in ("dgx003", "dgx004", "dgx005"))
+
+
+def test_dcim_role_wins_over_the_fabric_and_over_name_rules() -> None:
+    """The inventory is the operator's word: 'compute' keeps fm01 a compute host (its miscabling is
+    real then) and makes head01, which the management name rule caught, one; 'Storage Server' sets
+    dgx008 apart; a DCIM-only management node is listed with its role, not as missing from the fabric."""
+    rows = [DcimNodeObs("dcim", f"dgx{h:03d}", rack="r1", role="compute", hca_count=8) for h in range(1, 8)]
+    rows += [
+        DcimNodeObs("dcim", "dgx008", rack="r2", role="Storage Server", hca_count=8),
+        DcimNodeObs("dcim", "fm01", rack="r9", role="compute", hca_count=2),
+        DcimNodeObs("dcim", "head01", rack="r9", role="Compute", hca_count=8),
+        DcimNodeObs("dcim", "bcm01", rack="r9", role="management"),
+    ]
+    head = [(f"mlx5_{r}", r) for r in range(8)]
+    model = derive(rail_fabric({"fm01": [("mlx5_0", 6), ("mlx5_1", 7)], "head01": head}, dcim=rows))
+    assert _non_compute(model) == {"dgx008": "storage_server", "bcm01": "management"}
+    assert model.host("dgx008").role_reason == "DCIM (dcim) lists its role as 'Storage Server'"
+    assert model.host("bcm01").role_reason == "DCIM (dcim) lists its role as 'management'; on no fabric"
+    assert (model.host("dgx008").rack, model.host("bcm01").sources) == ("r2", ("dcim",))
+    # DCIM says fm01 is a compute host with 2 HCAs: its off-rail cables are real findings then.
+    assert sorted(f.message for f in model.findings) == [
+        "fm01 mlx5_0 (mlx5_0) is cabled to the mlx5_6 leaf", "fm01 mlx5_1 (mlx5_1) is cabled to the mlx5_7 leaf",
+    ]  # fmt: skip
+    (block,) = [d for d in model.domains if d.level == "block"]
+    assert block.hosts == 9  # dgx001-007, head01, fm01
+
+
+def test_site_host_classes_still_set_hosts_apart_by_name() -> None:
+    site = Classifier(HcaFilter.from_mapping({"storage": [r"^scratch\d+$"], "login": [r"^gate\d+$"]}))
+    extra = {"scratch1": [("mlx5_0", 2)], "gate1": [("mlx5_0", 0)], "ufm-a": [("mlx5_0", 1), ("mlx5_1", 5)]}
+    model = derive(rail_fabric(extra, classifier=site))
+    assert model.findings == ()
+    assert _non_compute(model) == {"scratch1": "storage", "gate1": "login", "ufm-a": "ufm_server"}
+    assert model.host("scratch1").role_reason == "storage rule '^scratch\\\\d+$' matched 'scratch1'"
+    assert [(c.hca, c.leaf, c.leaf_port) for c in model.host("ufm-a").hcas] == [
+        ("mlx5_0", _guid(11), "9"), ("mlx5_1", _guid(15), "9"),
+    ]  # fmt: skip
+    assert len(model.compute_hosts()) == 8
+
+
+def test_fleet_pattern_rules() -> None:
+    rules = HostRoleRules()
+    assert weighted_mode([8] * 16 + [2] * 20) == 8  # twenty 2-port servers do not outvote sixteen DGX
+    assert weighted_mode([4, 4, 8]) == 8 and weighted_mode([]) is None
+    assert name_shape("dgx001") == name_shape("DGX12") == "dgx#"
+    assert name_shape("gb200-r01-t18") == "gb#-r#-t#"
+    fleet = [HostFacts(f"dgx{i:03d}", 8, 8, 8) for i in range(1, 4)]
+    assert learn_pattern([*fleet, HostFacts("fm01", 2)], rules) is None  # three hosts are no fleet
+    pattern = learn_pattern([*fleet, HostFacts("dgx004", 7, 7, 7), HostFacts("fm01", 2)], rules)
+    assert pattern == FleetPattern(8, frozenset({"dgx#"}), "dgx###", 4)
+    assert judge(HostFacts("dgx005", 7, 7, 7), pattern, rules) is None
+    assert judge(HostFacts("dgx005", 4, 4, 4), pattern, rules) is None  # few, but name and rails hold
+    assert judge(HostFacts("node5", 5, 0, 5), pattern, rules) is None  # more than half: not "far fewer"
+    assert judge(HostFacts("dgx005", 4, 1, 4), pattern, rules) == (
+        "management",
+        "4 HCAs where the fleet's compute hosts have 8; 3 of its 4 cabled HCAs are not on their rail's leaf; "
+        "no name hint: management",
+    )
+    assert judge(HostFacts("ddn-ai400x-1", 1), pattern, rules) == (
+        "storage",
+        "1 HCA where the fleet's compute hosts have 8; name 'ddn-ai400x-1' does not follow the compute pattern "
+        "'dgx###'; the name suggests storage",
+    )
+    strict = HostRoleRules(max_hca_share=0.25)
+    assert judge(HostFacts("fm01", 3, 3, 3), pattern, strict) is None
+    assert classify_hosts([*fleet, HostFacts("dgx004", 8), HostFacts("fm01", 2)], HostRoleRules(enabled=False)) == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [("fm01", "ufm_server"), ("ib-ufm-a", "ufm_server"), ("fabricmgr02", "ufm_server"), ("bufmaster01", None),
+     ("ddn-ai400x-1", "storage"), ("vast-cnode-3", "storage"), ("login-2", "login"), ("bcm-head", "management"),
+     ("dgx033", None), ("node7", None)],
+)  # fmt: skip
+def test_role_hints_read_whole_words(name: str, role: str | None) -> None:
+    assert HostRoleRules().role_hint(name) == role
+
+
+def test_host_roles_settings_from_mapping() -> None:
+    cfg = TopologyConfig.from_mapping(
+        {"host_roles": {"max_hca_share": 0.25, "min_fleet": 8, "compute_roles": ["compute", "GPU node"],
+                        "hints": {"storage": ["scratch"]}}}
+    )  # fmt: skip
+    rules = cfg.host_roles
+    assert (rules.enabled, rules.max_hca_share, rules.min_rail_share, rules.min_fleet) == (True, 0.25, 0.5, 8)
+    assert rules.role_hint("scratch-07") == "storage" and rules.role_hint("fm01") == "ufm_server"
+    assert [rules.dcim_role(r) for r in ("gpu-node", " UFM Server ", "", None)] == ["compute", "ufm_server", None, None]
+    assert TopologyConfig.from_mapping({"host_roles": {"enabled": False}}).host_roles.enabled is False
+    with pytest.raises(ValueError, match="unknown host_roles settings: max_hcas"):
+        TopologyConfig.from_mapping({"host_roles": {"max_hcas": 2}})
+    with pytest.raises(ValueError, match=r"host_roles.min_rail_share must be in \(0, 1\], got 0.0"):
+        TopologyConfig.from_mapping({"host_roles": {"min_rail_share": 0}})
+    with pytest.raises(ValueError, match=r"host_roles\.min_fleet must be at least 1, got 0"):
+        TopologyConfig.from_mapping({"host_roles": {"min_fleet": 0}})
+    with pytest.raises(ValueError, match=r"host_roles.hints.login: '\(' is not a regex"):
+        TopologyConfig.from_mapping({"host_roles": {"hints": {"login": ["("]}}})

@@ -154,12 +154,29 @@ def assert_model_matches_truth(model: TopologyModel, truth: GroundTruth, *, eth:
     assert model.tiers() == true_tiers
     compute = {h.name: h for h in model.compute_hosts()}
     assert set(compute) == set(truth.spec.host_names)
+    assert_roles_match_truth(model, truth)
     for level in ("block", "spine_group", "pod", "nvlink_domain", "nvlink_sub_domain"):
         derived = {n: getattr(h, level) for n, h in compute.items()}
         true = {n: getattr(d, level) for n, d in truth.host_domains.items()}
         assert_bijection(derived, true, level)
     assert all(h.valid for h in compute.values())
     assert all(d.valid for d in model.domains)
+
+
+SERVICE_ROLES = frozenset({"ufm_server", "storage", "login", "management"})
+
+
+def assert_roles_match_truth(model: TopologyModel, truth: GroundTruth) -> None:
+    """Every host of the truth, compute or service, has its true role, and no other host of the
+    model has a service role (DCIM-only spares are ``not_on_fabric``, SHARP nodes their class)."""
+    true_roles = {h.id: str(h.attributes["role"]) for h in [*truth.hosts(), *truth.service_hosts()]}
+    derived = {h.name: h.role for h in model.hosts}
+    assert {n: derived.get(n) for n in true_roles} == true_roles
+    assert [n for n, r in derived.items() if r in SERVICE_ROLES and n not in true_roles] == []
+    for h in model.hosts:
+        if h.name in true_roles and h.role != "compute":
+            assert (h.block, h.spine_group, h.pod) == (None, None, None)
+            assert {c.guid for c in h.hcas} == {c.id for c in truth.hcas(h.name)}
 
 
 def _hca_host(truth: GroundTruth, device_id: str) -> str | None:
