@@ -111,6 +111,14 @@ _SNMPREC_TAGS = {
 """snmpsim's type codes (the BER tag numbers); an ``x`` suffix means the value is hex."""
 
 
+def _once(seen: dict[OID, int], oid: OID, line: int) -> None:
+    """A walk answers each OID once; a capture that repeats one (lines duplicated or two walks
+    concatenated) would otherwise keep the last value without a word. The first one is kept."""
+    first = seen.setdefault(oid, line)
+    if first != line:
+        raise ValueError(f"OID given twice (first at line {first}); the first value is kept")
+
+
 def _place(walk: DeviceWalk, oid: OID, value: Value) -> bool:
     """Put one varbind where a live walk would have: the system GET or the walk it falls under."""
     system, bases = _bases()
@@ -124,11 +132,36 @@ def _place(walk: DeviceWalk, oid: OID, value: Value) -> bool:
     return False  # an OID LLDP discovery does not walk: ignored, as a live walk never asks for it
 
 
+MAX_SUB_ID = 2**32 - 1
+"""An OID sub-identifier is 0..4294967295 (RFC 2578 3.5); the warehouse's bigint columns take any."""
+# The range of each SMI type (RFC 2578 7.1): a value outside it is no value an agent can send.
+_RANGES = {
+    "int": (-(2**31), 2**31 - 1), "counter": (0, 2**32 - 1), "gauge": (0, 2**32 - 1),
+    "timeticks": (0, 2**32 - 1), "counter64": (0, 2**64 - 1),
+}  # fmt: skip
+
+
 def _oid(text: str) -> OID:
     parts = text.strip().strip(".").split(".")
-    if not text.strip() or not all(p.isdigit() for p in parts):
+    # isascii: "²".isdigit() is true and int("²") fails; 10 digits hold every sub-identifier
+    if not text.strip() or not all(p.isascii() and p.isdigit() and len(p) <= 10 for p in parts):
         raise ValueError(f"not a numeric OID: {text.strip()[:80]!r}")
-    return tuple(int(p) for p in parts)
+    oid = tuple(int(p) for p in parts)
+    if max(oid) > MAX_SUB_ID:
+        raise ValueError(f"OID sub-identifier {max(oid)} exceeds {MAX_SUB_ID}: {text.strip()[:80]!r}")
+    return oid
+
+
+def _number(kind: str, what: str, digits: str) -> Value:
+    # Integer32 / Counter32 / Gauge32 / TimeTicks / Counter64 ranges: an out-of-range number is no
+    # value an agent can send, and would overflow the warehouse's bigint columns.
+    if not re.fullmatch(r"-?[0-9]{1,20}", digits):
+        raise ValueError(f"{what}: {digits[:40]!r} is not a number")
+    low, high = _RANGES[kind]
+    number = int(digits)
+    if not low <= number <= high:
+        raise ValueError(f"{what}: {number} is outside the type's range {low}..{high}")
+    return (kind, number)
 
 
 def _snmprec_value(tag: str, value: str) -> Value:
@@ -149,9 +182,7 @@ def _snmprec_value(tag: str, value: str) -> Value:
         return (kind, value.encode())
     if kind == "oid":
         return ("oid", ".".join(str(x) for x in _oid(value)))
-    if not re.fullmatch(r"-?\d+", value.strip()):
-        raise ValueError(f"type {tag}: {value[:40]!r} is not a number")
-    return (kind, int(value))
+    return _number(kind, f"type {tag}", value.strip())
 
 
 def _ip(value: str) -> Value:
@@ -168,13 +199,16 @@ def walk_from_snmprec(text: str, device: str, platform: str | None = None) -> tu
 
     walk = DeviceWalk(device=device, configured_platform=platform)
     bad: list[Quarantined] = []
+    seen: dict[OID, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         try:
             oid_text, tag, value = line.split("|", 2)
-            _place(walk, _oid(oid_text), _snmprec_value(tag, value))
+            oid = _oid(oid_text)
+            _once(seen, oid, number)
+            _place(walk, oid, _snmprec_value(tag, value))
         except ValueError as err:
             reason = str(err) if "|" in line and line.count("|") >= 2 else "not an OID|TYPE|VALUE line"
             bad.append(Quarantined(source="snmp", device=device, reason=reason, payload=line[:1024],
@@ -223,38 +257,46 @@ def _walk_value(rest: str) -> Value:
         return _ip(value)
     if kind == "opaque":
         return (kind, value.encode())
-    number = re.search(r"\((-?\d+)\)", value) if kind in ("int", "timeticks") else None
+    number = re.search(r"\((-?[0-9]+)\)", value) if kind in ("int", "timeticks") else None
     digits = number.group(1) if number else value.split()[0] if value else ""
-    if not re.fullmatch(r"-?\d+", digits):
-        raise ValueError(f"{kind_text}: {value[:40]!r} is not a number")
-    return (kind, int(digits))
+    return _number(kind, kind_text, digits)
 
 
-def _open_value(record: str) -> bool:
-    """Whether a record's value goes on on the next line: a quoted STRING whose closing quote has
-    not come yet, or a Hex-STRING (net-snmp wraps long ones)."""
-    _, _, rest = record.partition("=")
+def _closes_quote(text: str) -> bool:
+    return '"' in text.replace("\\\\", "").replace('\\"', "")
+
+
+def _opens(line: str) -> str | None:
+    """Whether a record's value goes on on the next line, and how: ``"string"`` for a quoted
+    STRING whose closing quote has not come yet, ``"hex"`` for a Hex-STRING (net-snmp wraps long
+    ones), None when the line is the whole record."""
+    _, _, rest = line.partition("=")
     rest = rest.strip()
     if rest.startswith("Hex-STRING:"):
-        return True
-    if rest.startswith('STRING: "'):
-        body = rest[len('STRING: "') :].replace("\\\\", "").replace('\\"', "")
-        return '"' not in body
-    return False
+        return "hex"
+    if rest.startswith('STRING: "') and not _closes_quote(rest[len('STRING: "') :]):
+        return "string"
+    return None
 
 
 def _walk_records(text: str) -> list[tuple[int, str]]:
     """Logical records (line number, text): snmpwalk continues a quoted STRING holding newlines,
-    and a long Hex-STRING, on the lines that follow (they do not start with an OID)."""
-    records: list[tuple[int, str]] = []
+    and a long Hex-STRING, on the lines that follow (they do not start with an OID).
+
+    Linear in the text: continuation lines are collected in a list and only each new line is
+    scanned for the closing quote (re-scanning and re-joining the record on every line took
+    minutes for an unclosed quote followed by a few MB of lines)."""
+    records: list[tuple[int, list[str], str | None]] = []
+    kind: str | None = None  # how the last record goes on, None when it is complete
     for number, line in enumerate(text.splitlines(), 1):
-        if records and not _WALK_LINE.match(line) and _open_value(records[-1][1]):
-            first, body = records[-1]
-            joiner = " " if "Hex-STRING:" in body else "\n"
-            records[-1] = (first, body + joiner + line)
-        else:
-            records.append((number, line))
-    return records
+        if records and kind is not None and not _WALK_LINE.match(line):
+            records[-1][1].append(line)
+            if kind == "string" and _closes_quote(line):
+                kind = None
+            continue
+        kind = _opens(line)
+        records.append((number, [line], kind))
+    return [(number, (" " if first_kind == "hex" else "\n").join(parts)) for number, parts, first_kind in records]
 
 
 def walk_from_snmpwalk(text: str, device: str, platform: str | None = None) -> tuple[DeviceWalk, list[Quarantined]]:
@@ -263,6 +305,7 @@ def walk_from_snmpwalk(text: str, device: str, platform: str | None = None) -> t
 
     walk = DeviceWalk(device=device, configured_platform=platform)
     bad: list[Quarantined] = []
+    seen: dict[OID, int] = {}
     for number, record in _walk_records(text):
         if not record.strip():
             continue
@@ -272,7 +315,9 @@ def walk_from_snmpwalk(text: str, device: str, platform: str | None = None) -> t
                 raise ValueError("not an 'OID = TYPE: value' line (was the walk made with -On?)")
             value = _walk_value(match.group("rest"))
             if value[0] != "end":
-                _place(walk, _oid(match.group("oid")), value)
+                oid = _oid(match.group("oid"))
+                _once(seen, oid, number)
+                _place(walk, oid, value)
         except ValueError as err:
             bad.append(Quarantined(source="snmp", device=device, reason=str(err), payload=record[:1024],
                                    location=f"line {number}", context={"format": "snmpwalk"}))  # fmt: skip

@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,11 @@ def review_decision(body: Any, config: BudgetConfig, pool: ConnectionPool, now: 
     parsed = parse_pod(req.get("object"), namespace, config)
     if isinstance(parsed, Denial):
         return uid, Decision(False, parsed.reason, "malformed")
+    unsendable = next((f.name for f in fields(parsed) if "\x00" in str(getattr(parsed, f.name))), None)
+    if unsendable is not None:
+        # No Kubernetes name or label holds a NUL, and the ledger refuses one (libpq would cut the
+        # query there): a clear denial, not the ledger's error passed off as an outage.
+        return uid, Decision(False, f"malformed pod: {unsendable} holds a NUL character", "malformed")
     with pool.connection() as conn:
         decision = admit(conn, parsed, now, dry_run=bool(req.get("dryRun")))
         if not decision.allowed and not req.get("dryRun"):
@@ -95,6 +101,10 @@ def _json(review: dict[str, Any]) -> Response:
     return Response(orjson.dumps(review), media_type="application/json")
 
 
+def _too_big() -> Response:
+    return _json(_review("", False, "AdmissionReview over 3 MiB", 400))
+
+
 def make_app(
     config: BudgetConfig, pool: ConnectionPool, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 ) -> Starlette:
@@ -105,9 +115,16 @@ def make_app(
     Postgres that wait at most for one other admission of the same tree."""
 
     async def validate(request: Request) -> Response:
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
-            return _json(_review("", False, "AdmissionReview over 3 MiB", 400))
+        # Refused by its declared length, or as soon as the stream passes the limit: a client
+        # sending a gigabyte never has it held in memory (request.body() would read it all first).
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY):
+            return _too_big()
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY:
+                return _too_big()
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:  # also invalid UTF-8

@@ -186,6 +186,8 @@ def make_app(holder: IndexHolder) -> Starlette:
             review = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             return _error(400, "body is not JSON: expected an admission.k8s.io/v1 AdmissionReview")
+        except RecursionError:  # json's decoder recurses: "[" * 100_000 fits in MAX_BODY
+            return _error(400, "body is JSON nested too deeply to be an AdmissionReview")
         if not isinstance(review, dict) or review.get("kind") != "AdmissionReview":
             return _error(400, "expected kind AdmissionReview")
         if review.get("apiVersion") != API_VERSION:

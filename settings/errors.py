@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -64,7 +65,16 @@ class Problem:
             where = f"line {self.line}"
         else:
             where = self.source
-        return ": ".join(part for part in (where, self.path, self.message) if part)
+        return ": ".join(_one_line(part) for part in (where, self.path, self.message) if part)
+
+
+# Line breaks and other control characters (YAML's "\n", "\x85", "\u2028" in a quoted key or
+# value end up in paths and messages): escaped, so that a problem stays one line of the report.
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    return _CONTROL_RE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 class SettingsError(Exception):

@@ -56,6 +56,12 @@ MAX_BLOCK_PAYLOAD = 16 * 1024  # how much of a rejected block is kept in quarant
 
 NODE_TYPES = {"Switch": "switch", "Ca": "ca", "Rt": "router"}
 
+# IBA field widths: NodeInfo.NumPorts and port numbers are 8 bits, LIDs 16 bits, LMC 3 bits. A
+# larger number is no ibnetdiscover output (and would overflow the warehouse's integer columns).
+MAX_PORT = 255
+MAX_LID = 0xFFFF
+MAX_LMC = 7
+
 _GUID = r"(?:0x)?[0-9a-fA-F]{1,16}"
 _NODE_RE = re.compile(
     rf'^(?P<type>Switch|Ca|Rt)\s+(?P<ports>\d+)\s+"(?P<prefix>[SHR])-(?P<guid>{_GUID})"\s*(?:#\s*(?P<rest>.*))?$'
@@ -176,6 +182,16 @@ def read_lines(stream: IO[bytes], max_line: int = MAX_LINE) -> Iterator[tuple[st
         yield text, clipped, bad
 
 
+def _bounded(text: str | None, limit: int, what: str) -> int | None:
+    """A number of the line, ValueError when it is beyond the field's width."""
+    if text is None:
+        return None
+    value = int(text) if len(text) <= 10 else limit + 1
+    if value > limit:
+        raise ValueError(f"{what} {text[:20]} exceeds {limit}")
+    return value
+
+
 def _guid(text: str) -> str:
     # The line regexes already admit only 1-16 hex digits: pad and lower-case without re-checking
     # (this runs twice per port line; the general normalise_guid is 4x slower).
@@ -230,7 +246,7 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
 
     def close_block() -> Iterator[Quarantined]:
         nonlocal block
-        if block is not None and block.rejected_reason is not None:
+        if block is not None and block.rejected_reason is not None and block.rejected_count:
             yield quarantine(
                 block.rejected_reason,
                 "\n".join(block.rejected_lines),
@@ -242,6 +258,10 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
     for item in lines:
         text, clipped, not_utf8 = item if isinstance(item, tuple) else (item, False, False)
         lineno += 1
+        has_nul = "\x00" in text
+        if has_nul:
+            # Postgres text cannot hold NUL: escaped, as undecodable bytes are (said so on a node line)
+            text = text.replace("\x00", "\\x00")
         line = text.strip()
         if clipped:
             yield from close_block()
@@ -267,12 +287,17 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
         if m:
             yield from close_block()
             node_type = NODE_TYPES[m.group("type")]
+            rest = (m.group("rest") or "").strip()
+            rm = _NODE_REST_RE.match(rest) if rest else None
             try:
                 guid = _guid(m.group("guid"))
                 sysguid = _guid(header["sysimgguid"]) if "sysimgguid" in header else None
+                port_count = _bounded(m.group("ports"), MAX_PORT, "port count")
+                lid = _bounded(rm.group("lid"), MAX_LID, "lid") if rm else None
+                lmc = _bounded(rm.group("lmc"), MAX_LMC, "lmc") if rm else None
             except ValueError as exc:
                 header.clear()
-                yield quarantine(f"bad GUID in node header: {exc}", text, lineno)
+                yield quarantine(f"bad node header: {exc}", text, lineno)
                 block = _Block(node=None, rejected_reason="port line of a node whose header was rejected")
                 block.rejected_line = lineno
                 continue
@@ -289,13 +314,9 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
                 )
                 continue
             seen[guid] = lineno
-            rest = (m.group("rest") or "").strip()
-            desc, lid, lmc, port0 = "", None, None, None
-            rm = _NODE_REST_RE.match(rest) if rest else None
+            desc, port0 = "", None
             if rm:
                 desc = rm.group("desc")
-                lid = int(rm.group("lid")) if rm.group("lid") else None
-                lmc = int(rm.group("lmc")) if rm.group("lmc") else None
                 if rm.group("port0"):
                     port0 = "enhanced" in rm.group("port0")
             elif rest.startswith('"'):
@@ -312,7 +333,7 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
             node = IbNode(
                 guid=guid,
                 node_type=node_type,
-                port_count=int(m.group("ports")),
+                port_count=port_count or 0,
                 description=desc,
                 system_guid=sysguid,
                 vendor_id=header.get("vendid"),
@@ -328,6 +349,8 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
                 yield quarantine(
                     "node description is not valid UTF-8: node kept with the bytes escaped", text, lineno, guid=guid
                 )
+            if has_nul:
+                yield quarantine("node header holds NUL bytes: node kept with them escaped", text, lineno, guid=guid)
             yield node
             continue
         p = _PORT_RE.match(line)
@@ -336,7 +359,13 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
                 yield quarantine("port line outside a node block", text, lineno)
                 continue
             node = block.node
-            port = int(p.group("port"))
+            try:
+                port = _bounded(p.group("port"), MAX_PORT, "port") or 0
+                ext = _bounded(p.group("ext"), MAX_PORT, "ext port")
+                peer_port = _bounded(p.group("peer_port"), MAX_PORT, "peer port") or 0
+            except ValueError as exc:
+                yield quarantine(f"bad port line: {exc}", text, lineno, guid=node.guid)
+                continue
             if port > node.port_count or (port == 0 and node.node_type != "switch"):
                 yield quarantine(
                     f"port {port} is outside {node.guid}'s {node.port_count} ports", text, lineno, guid=node.guid
@@ -350,16 +379,20 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
             if rest and rm2 is None:
                 yield quarantine("port line with an unreadable trailer (truncated?)", text, lineno, guid=node.guid)
                 continue
+            lid = lmc = peer_lid = None
             try:
                 peer = _guid(p.group("peer"))
                 pguid = _guid(p.group("pguid")) if p.group("pguid") else None
                 ppguid = _guid(p.group("peer_pguid")) if p.group("peer_pguid") else None
+                if rm2 is not None:
+                    peer_lid = _bounded(rm2.group("peer_lid"), MAX_LID, "peer lid")
+                    lid = _bounded(rm2.group("lid"), MAX_LID, "lid")
+                    lmc = _bounded(rm2.group("lmc"), MAX_LMC, "lmc")
             except ValueError as exc:
-                yield quarantine(f"bad GUID in port line: {exc}", text, lineno, guid=node.guid)
+                yield quarantine(f"bad port line: {exc}", text, lineno, guid=node.guid)
                 continue
             width = speed = None
             gbps = None
-            lid = lmc = peer_lid = None
             peer_desc = None
             if rm2 is not None:
                 width, speed, gbps = _rate(rm2.group("width"), rm2.group("speed"))
@@ -369,17 +402,14 @@ def iter_records(lines: Iterable[str | tuple[str, bool, bool]], source: str = SO
                     )
                     continue
                 peer_desc = rm2.group("desc")
-                peer_lid = int(rm2.group("peer_lid"))
-                if rm2.group("lid"):
-                    lid, lmc = int(rm2.group("lid")), int(rm2.group("lmc"))
             block.ports_seen.add(port)
             yield IbPort(
                 node_guid=node.guid,
                 port=port,
                 port_guid=pguid if node.node_type != "switch" else _switch_port_guid(node),
-                ext_port=int(p.group("ext")) if p.group("ext") else None,
+                ext_port=ext,
                 peer_guid=peer,
-                peer_port=int(p.group("peer_port")),
+                peer_port=peer_port,
                 peer_port_guid=ppguid,
                 peer_description=peer_desc,
                 lid=lid,

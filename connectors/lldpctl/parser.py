@@ -25,6 +25,7 @@ from core.lldp import (
     IdError,
     LldpNeighbor,
     detect_platform,
+    escaped,
     normalise_interface,
     parse_mac,
     remote_port_name,
@@ -126,16 +127,25 @@ def _json0_value(items: Any) -> Any:
     return values[0] if len(values) == 1 else values
 
 
-def _from_json0(doc: dict[str, Any]) -> dict[str, Any]:
+# An interface entry is (local interface, its body), or (None, the entry) when the entry names no
+# interface: it is then quarantined on its own, as a neighbour that does not hold together is.
+Entry = tuple[str | None, Any]
+
+
+def _from_json0(doc: dict[str, Any]) -> list[Entry]:
     """lldpd's ``-f json0`` layout (every value a list, interfaces as ``{"name": ...}`` objects; what
-    Cumulus ``net show lldp json`` prints) rewritten into ``-f json``'s, so one reader serves both."""
+    Cumulus ``net show lldp json`` prints) rewritten into ``-f json``'s entries, so one reader serves both."""
     lldp = doc["lldp"]
     if len(lldp) != 1 or not isinstance(lldp[0], dict):
         raise ValueError("lldpctl json0: 'lldp' must be a list of one object")
-    interfaces = []
-    for iface in lldp[0].get("interface", []):
+    listed = lldp[0].get("interface", [])
+    if not isinstance(listed, list):
+        raise ValueError("lldpctl json0: 'interface' is not a list")
+    interfaces: list[Entry] = []
+    for iface in listed:
         if not isinstance(iface, dict) or not isinstance(iface.get("name"), str):
-            raise ValueError("lldpctl json0: interface without a name")
+            interfaces.append((None, iface))
+            continue
         entry: dict[str, Any] = {k: _json0_value(v) for k, v in iface.items() if k not in ("name", "chassis", "port")}
         for part in ("chassis", "port"):
             blocks = iface.get(part)
@@ -145,22 +155,30 @@ def _from_json0(doc: dict[str, Any]) -> dict[str, Any]:
         chassis = entry.get("chassis")
         if isinstance(chassis, dict) and isinstance(chassis.get("name"), str):
             entry["chassis"] = {chassis.pop("name"): chassis}
-        interfaces.append({iface["name"]: entry})
-    return {"lldp": {"interface": interfaces}}
+        interfaces.append((iface["name"], entry))
+    return interfaces
 
 
-def _interfaces(doc: Any) -> list[tuple[str, dict[str, Any]]]:
+def _list_entry(item: Any) -> Entry:
+    if isinstance(item, dict) and len(item) == 1:
+        key, value = next(iter(item.items()))
+        return str(key), value
+    return None, item
+
+
+def _interfaces(doc: Any) -> list[Entry]:
     if isinstance(doc, dict) and isinstance(doc.get("lldp"), list):
-        doc = _from_json0(doc)
+        return _from_json0(doc)
     if not isinstance(doc, dict) or not isinstance(doc.get("lldp"), dict):
         raise ValueError("not lldpctl JSON: no top-level 'lldp' object")
     raw = doc["lldp"].get("interface")
     if raw is None:
         return []  # lldpd with no neighbours prints {"lldp": {}} or {"lldp": {"interface": []}}
     if isinstance(raw, list):
-        return [_single_key(item, "interface") for item in raw]
+        return [_list_entry(item) for item in raw]
     if isinstance(raw, dict):
-        return [(str(k), v) for k, v in raw.items() if isinstance(v, dict)]
+        # Every entry, objects or not: one that is not is a bad neighbour, never a silent skip.
+        return [(str(k), v) for k, v in raw.items()]
     raise ValueError("'lldp.interface' is neither a list nor an object")
 
 
@@ -174,18 +192,30 @@ def _chassis(entry: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     return name, body
 
 
-def _strings(value: Any) -> tuple[str, ...]:
+def _scalar(value: Any, what: str) -> str | None:
+    """A leaf's text; a container where lldpd writes a string means the entry is not lldpd's."""
+    if value is None:
+        return None
+    if isinstance(value, dict | list):
+        raise ValueError(f"{what} is not a string")
+    return str(value)
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, list):
-        return tuple(str(v) for v in value)
-    return (str(value),)
+    items = value if isinstance(value, list) else [value]
+    return tuple(text for v in items if (text := _scalar(v, what)) is not None)
 
 
-def neighbor_from(ifname: str, entry: dict[str, Any]) -> LldpNeighbor:
+def neighbor_from(ifname: str, entry: Any) -> LldpNeighbor:
     """One lldpctl interface entry → record; ValueError/IdError when it does not hold together."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"interface entry is {type(entry).__name__}, not an object")
     sys_name, chassis = _chassis(entry)
     cid = chassis.get("id") or {}
+    if not isinstance(cid, dict):
+        raise ValueError("chassis id is not an object with a type and a value")
     port = entry.get("port")
     if not isinstance(port, dict) or not isinstance(port.get("id"), dict):
         raise ValueError("neighbour has no port id")
@@ -195,22 +225,23 @@ def neighbor_from(ifname: str, entry: dict[str, Any]) -> LldpNeighbor:
         raise ValueError(f"unknown chassis id type {cid.get('type')!r}")
     if p_type is None:
         raise ValueError(f"unknown port id type {pid.get('type')!r}")
-    c_value, p_value = str(cid.get("value", "")), str(pid.get("value", ""))
+    c_value, p_value = _scalar(cid.get("value", ""), "chassis id") or "", _scalar(pid.get("value", ""), "port id") or ""
     c_raw = _id_bytes(c_type, c_value, ChassisIdSubtype.MAC_ADDRESS, ChassisIdSubtype.NETWORK_ADDRESS)
     p_raw = _id_bytes(p_type, p_value, PortIdSubtype.MAC_ADDRESS, PortIdSubtype.NETWORK_ADDRESS)
-    sys_desc = chassis.get("descr")
-    port_desc = port.get("descr")
-    remote_platform, _ = detect_platform(None, str(sys_desc) if sys_desc else None)
+    sys_desc = _scalar(chassis.get("descr"), "chassis descr")
+    port_desc = _scalar(port.get("descr"), "port descr")
+    remote_platform, _ = detect_platform(None, sys_desc or None)
     port_id = render_port_id(p_type, p_raw)
-    remote = remote_port_name(p_type, port_id, str(port_desc) if port_desc else None, remote_platform)
+    remote = remote_port_name(p_type, port_id, port_desc or None, remote_platform)
     if remote is None and p_type == PortIdSubtype.MAC_ADDRESS and port_desc:
         # lldpd on hosts sends the NIC MAC as port id and the ifname as description
-        remote = normalise_interface(str(port_desc))
+        remote = normalise_interface(port_desc)
+    rid_text = _scalar(entry.get("rid", "0"), "rid") or ""
     try:
-        rid = int(str(entry.get("rid", "0")))
+        rid = int(rid_text)
     except ValueError:
-        raise ValueError(f"rid {entry.get('rid')!r} is not a number") from None
-    return LldpNeighbor(
+        raise ValueError(f"rid {rid_text[:40]!r} is not a number") from None
+    neighbor = LldpNeighbor(
         mib=MIB,
         time_mark=0,  # lldpctl shows an age, not a time mark
         local_port_num=local_port_num(ifname),
@@ -230,8 +261,12 @@ def neighbor_from(ifname: str, entry: dict[str, Any]) -> LldpNeighbor:
         sys_desc=str(sys_desc) if sys_desc is not None else None,
         remote_port=remote,
         remote_platform=remote_platform,
-        man_addrs=_strings(chassis.get("mgmt-ip")),
+        man_addrs=_strings(chassis.get("mgmt-ip"), "mgmt-ip"),
     )
+    problem = neighbor.unstorable_field()  # JSON can spell a NUL ("\u0000"); Postgres text cannot hold one
+    if problem is not None:
+        raise ValueError(problem)
+    return neighbor
 
 
 def parse_lldpctl(
@@ -265,7 +300,14 @@ def parse_lldpctl(
     except (ValueError, RecursionError) as err:
         reject(f"unparseable {command} output: {err}", text, "output")
         return result
-    for ifname, entry in interfaces:
+    for position, (ifname, entry) in enumerate(interfaces):
+        if ifname is None:
+            reject(
+                f"bad neighbour in interface entry {position}: it names no interface",
+                json.dumps(entry),
+                f"interface entry {position}",
+            )
+            continue
         why = flt.reason_to_drop(ifname)
         if why is not None:
             result.dropped[ifname] = why
@@ -273,7 +315,9 @@ def parse_lldpctl(
         try:
             result.neighbors.append(neighbor_from(ifname, entry))
         except (ValueError, IdError, TypeError) as err:
-            reject(f"bad neighbour on {ifname}: {err}", json.dumps({ifname: entry}), f"interface {ifname}")
+            # escaped: the interface name is JSON text and may hold what a reason cannot
+            name = escaped(ifname)
+            reject(f"bad neighbour on {name}: {err}", json.dumps({ifname: entry}), f"interface {name}")
             continue
         rail = flt.rail(ifname)
         if rail is not None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import httpx
 import orjson
@@ -82,6 +83,8 @@ class PrometheusClient:
                 body = orjson.loads(response.content)
             except orjson.JSONDecodeError:
                 raise PrometheusError(f"{self.url}{path}: HTTP {response.status_code}, not JSON") from None
+            if not isinstance(body, dict):
+                raise PrometheusError(f"{self.url}{path}: HTTP {response.status_code}, JSON but not an object")
             if response.status_code != 200 or body.get("status") != "success":
                 kind, error = body.get("errorType", ""), body.get("error", "")
                 raise PrometheusError(f"{self.url}{path}: HTTP {response.status_code} {kind}: {error}")
@@ -100,8 +103,45 @@ class PrometheusClient:
                     "/api/v1/query_range",
                     {"query": query, "start": f"{chunk.start:.3f}", "end": f"{chunk.end:.3f}", "step": f"{step_s:g}"},
                 )
-                data = body.get("data") or {}
-                if data.get("resultType") != "matrix":
-                    raise PrometheusError(f"{self.url}: expected a matrix, got {data.get('resultType')!r}")
-                out.extend(parse_matrix(data.get("result") or [], device=source))
+                out.extend(parse_matrix(matrix_result(body, self.url), device=source))
         return out
+
+
+def _bad_time(pair: Any) -> str | None:
+    """Why a sample's time is no JSON number of seconds (the rest of a sample is judged by
+    parse_matrix, sample by sample)."""
+    if not isinstance(pair, list) or len(pair) != 2:
+        return None  # parse_matrix quarantines it: "sample is not [time, value]"
+    t = pair[0]
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        return f"sample time {str(t)[:40]!r} is not a number of seconds"
+    return None
+
+
+def matrix_result(body: Any, url: str) -> list[dict[str, Any]]:
+    """The ``result`` of a ``query_range`` answer, checked for the shape the API documents
+    (``{metric: {label: text}, values: [[seconds, "value"], ...]}`` per series); PrometheusError
+    for any other answer. Samples are judged later, one by one (parse_matrix), but a time is a
+    JSON number or the answer is not Prometheus's: a time of "1e400" overflows the conversion to
+    milliseconds, and a metric name that is no text fails the series id."""
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict):
+        raise PrometheusError(f"{url}: the answer has no data object")
+    if data.get("resultType") != "matrix":
+        raise PrometheusError(f"{url}: expected a matrix, got {str(data.get('resultType'))[:40]!r}")
+    result = data.get("result") or []
+    if not isinstance(result, list):
+        raise PrometheusError(f"{url}: the matrix result is not a list")
+    for index, item in enumerate(result):
+        where = f"{url}: malformed query_range answer at result[{index}]"
+        metric = item.get("metric") if isinstance(item, dict) else None
+        if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+            raise PrometheusError(f"{where}: metric is not an object of label texts")
+        values = item.get("values") or []
+        if not isinstance(values, list):
+            raise PrometheusError(f"{where}: values is not a list")
+        for pair in values:
+            why = _bad_time(pair)
+            if why is not None:
+                raise PrometheusError(f"{where}: {why}")
+    return result

@@ -103,7 +103,7 @@ def collect_exporters(
         if status is CollectionStatus.INVALID and not parsed.quarantined:  # pragma: no cover - defensive
             parsed.quarantined.append(Quarantined(SOURCE, "nothing usable", res.body or b"", device=res.target))
         result = land_samples(conn, parsed, run_id=run_id, device=res.target, started_at=started, status=status,
-                              detail=res.detail)
+                              detail=res.detail, around_ms=res.scraped_at_ms)
         outcome.add(res.target, status, parsed, result.samples, result.new_series, result.replaced_window,
                     len(parsed.quarantined), res.detail)
     return outcome

@@ -47,12 +47,14 @@ def read_targets_file(path: Path) -> list[str]:
     ``__scheme__`` and ``__metrics_path__`` labels are honoured as Prometheus does.
     """
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise TargetsError(f"cannot read targets file {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise TargetsError(f"{path}: not UTF-8 text (byte {err.start})") from None
     try:
         data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as err:
+    except (ValueError, yaml.YAMLError, RecursionError) as err:  # RecursionError: JSON nested too deeply
         raise TargetsError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}") from None
     if not isinstance(data, list):
         raise TargetsError(f"{path}: expected a list of {{targets: [...], labels: {{...}}}} groups")
@@ -61,8 +63,12 @@ def read_targets_file(path: Path) -> list[str]:
         if not isinstance(group, dict) or not isinstance(group.get("targets"), list):
             raise TargetsError(f"{path}: group {i} has no 'targets' list")
         labels = group.get("labels") or {}
+        if not isinstance(labels, dict):
+            raise TargetsError(f"{path}: group {i} has 'labels' that are not a mapping")
         scheme = labels.get("__scheme__", "http")
         metrics_path = labels.get("__metrics_path__", "/metrics")
+        if not isinstance(scheme, str) or not isinstance(metrics_path, str):
+            raise TargetsError(f"{path}: group {i} has a __scheme__ or __metrics_path__ that is not text")
         for target in group["targets"]:
             if not isinstance(target, str) or not target:
                 raise TargetsError(f"{path}: group {i} has a target that is not host:port")

@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from connectors.warehouse import copy_rows, record_status, write_quarantine
-from core.quality import CollectionStatus
+from core.quality import CollectionStatus, Quarantined
 from core.telemetry import SOURCE, ParsedSamples, Series
 
 SAMPLES = "telemetry.dcgm_samples"
@@ -60,6 +60,67 @@ _ROW = struct.Struct("!hiqiqid")
 _ROW_NULL = struct.Struct("!hiqiqi")
 _PG_EPOCH_MS = 946_684_800_000  # 2000-01-01T00:00:00Z, the origin of binary timestamps
 _CHUNK = 1 << 20
+
+
+_PARSE_STATUSES = (CollectionStatus.OK, CollectionStatus.PARTIAL, CollectionStatus.INVALID, CollectionStatus.NO_DATA)
+DAY_MS = 86_400_000
+MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last day a partition can be named for
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _series_problem(s: Series) -> str | None:
+    texts = [s.metric, s.hostname, s.gpu_uuid, s.device, s.model_name, s.pci_bus_id, s.gpu_instance_profile,
+             s.namespace, s.pod, s.container, s.job, *s.labels, *s.labels.values()]  # fmt: skip
+    for text in texts:
+        bad = _UNSTORABLE.search(text) if text else None
+        if bad is not None:
+            what = "a NUL character" if bad.group() == "\x00" else f"an unpaired surrogate (U+{ord(bad.group()):04X})"
+            return f"series label holds {what}, which Postgres text and jsonb cannot hold"
+    return None
+
+
+def storable_samples(
+    parsed: ParsedSamples, *, around_ms: int | None = None, window_ms: int = DAY_MS, device: str | None = None
+) -> ParsedSamples:
+    """``parsed`` without what the warehouse cannot hold, moved to its quarantine with the reason.
+
+    Hostile exposition text gets past the parser in two ways that would fail (or flood) the load:
+    a label holding a NUL (the exposition format has no escape for it, so it arrives as a raw
+    byte; Postgres text and jsonb cannot hold one) and an explicit sample timestamp (dcgm-exporter
+    never sends one). A timestamp beyond year 9999 fails the day-partition arithmetic; one from 1970
+    beside today's would create a day partition for every day in between. So samples stamped
+    before 1970 or after 9999, or, when ``around_ms`` (the scrape's time) is given, more than
+    ``window_ms`` away from it, are quarantined. The common case (nothing to move) costs a min/max
+    and one scan of the batch's series.
+    """
+    span = parsed.time_range_ms()
+    low, high = (0, MAX_TS_MS) if around_ms is None else (max(0, around_ms - window_ms), around_ms + window_ms)
+    bad_series = {sid: why for sid, s in parsed.series.items() if (why := _series_problem(s)) is not None}
+    if not bad_series and (span is None or (low <= span[0] and span[1] <= high)):
+        return parsed
+    out = ParsedSamples(quarantined=list(parsed.quarantined), stats=parsed.stats.copy())
+    moved = 0
+    for sid, ms, value in zip(parsed.series_ids, parsed.ts_ms, parsed.values, strict=True):
+        why = bad_series.get(sid)
+        if why is None and not low <= ms <= high:
+            why = (
+                f"sample timestamp {ms} ms is outside 1970..9999"
+                if around_ms is None
+                else f"sample timestamp {ms} ms is more than {window_ms} ms from the scrape at {around_ms} ms"
+            )
+        if why is None:
+            out.series[sid] = parsed.series[sid]
+            out.series_ids.append(sid)
+            out.ts_ms.append(ms)
+            out.values.append(value)
+            continue
+        s = parsed.series[sid]
+        payload = repr({"metric": s.metric, "labels": s.labels, "value": value, "ts_ms": ms})
+        out.quarantined.append(Quarantined(SOURCE, why, payload, device, f"series {sid}"))
+        moved += 1
+    out.stats["samples"] -= moved
+    out.stats["quarantined"] += moved
+    return out
 
 
 def partition_name(day: date) -> str:
@@ -284,8 +345,15 @@ def land_samples(
     source: str = SOURCE,
     status: CollectionStatus | None = None,
     detail: str | None = None,
+    around_ms: int | None = None,
 ) -> LoadResult:
-    """One target's collection, atomically: samples, quarantined input and its status row."""
+    """One target's collection, atomically: samples, quarantined input and its status row.
+
+    What the warehouse cannot hold is quarantined first (:func:`storable_samples`; ``around_ms``
+    is the scrape's time for a scraped exposition)."""
+    kept = storable_samples(parsed, around_ms=around_ms, device=device)
+    if kept is not parsed:  # samples moved to quarantine: the status the caller judged has changed
+        parsed, status = kept, kept.status if status in (None, *_PARSE_STATUSES) else status
     with conn.transaction():
         result = copy_samples(conn, parsed, source=device)
         conn.execute(

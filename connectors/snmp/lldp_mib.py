@@ -253,6 +253,11 @@ def _interfaces(walk: DeviceWalk, quirks: PlatformQuirks, rejects: _Rejects) -> 
                 if value[0] not in _NUMERIC:
                     rejects.varbind(base, suffix, value, _wrong_type(column, "Gauge32", value))
                     continue
+                if not 0 <= int(value[1]) <= 2**32 - 1:
+                    # Gauge32: a negative INTEGER or a Counter64 past 2^63 is no speed (and the
+                    # latter would overflow the warehouse's bigint column)
+                    rejects.varbind(base, suffix, value, f"{column}: {value[1]} is outside Gauge32 (0..4294967295)")
+                    continue
                 per_if[suffix[0]][column] = int(value[1])
             elif value[0] != expect[column]:
                 rejects.varbind(base, suffix, value, _wrong_type(column, "OCTET STRING", value))

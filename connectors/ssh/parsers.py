@@ -27,6 +27,7 @@ from core.lldp import (
     IdError,
     LldpNeighbor,
     detect_platform,
+    escaped,
     looks_like_interface,
     normalise_interface,
     parse_mac,
@@ -40,6 +41,9 @@ from core.quality import Quarantined
 SOURCE = "cli"
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 """A 48-port switch's detail output is ~30 KB; anything this large is not an LLDP table."""
+MAX_TABLE_LINE = 1024
+MAX_TABLE_CHARS = 2 * 1024 * 1024
+"""Text tables (TextFSM) are capped tighter: see :func:`check_table`."""
 
 _PROMPT_RE = re.compile(r"^\S+(?:\s\[[^\]]*\])?\s?[#>$%]\s*(?:show|display|lldpctl|docker|net)\b", re.MULTILINE)
 _CLI_ERROR_RE = re.compile(
@@ -156,8 +160,8 @@ def local_port_num(name: str) -> int:
 def _subtype(words: dict[str, int], text: str | None, valid: type[IntEnum]) -> int | None:
     if not text:
         return None
-    if text.strip().isdigit():  # IOS-XR XML gives the LLDP-MIB number itself
-        number = int(text)
+    if text.strip().isascii() and text.strip().isdigit():  # IOS-XR XML gives the LLDP-MIB number itself
+        number = int(text) if len(text.strip()) < 10 else 0
         if number not in valid._value2member_map_:
             raise IdError(f"subtype {number} is not defined (1..{max(valid)})")
         return number
@@ -192,6 +196,8 @@ def to_neighbor(row: CliRow, mib: str, rem_index: int) -> LldpNeighbor:
     devices that send only a description) still lands, with that id None: the local port and what
     the peer did send still place the link. One with no id and no name at all is not usable.
     """
+    if not row.local_port.strip():
+        raise ValueError("no local port: the neighbour cannot be placed on the switch")
     c_type, c_raw, c_text, p_type, p_raw, port_id = _ids(row)
     if c_text is None and port_id is None and not row.sys_name:
         raise ValueError("no chassis id, no port id and no system name: nothing identifies the neighbour")
@@ -210,7 +216,7 @@ def to_neighbor(row: CliRow, mib: str, rem_index: int) -> LldpNeighbor:
         remote = normalise_interface(row.port_desc)
     if port_id is None and row.port_desc and looks_like_interface(row.port_desc):
         remote = normalise_interface(row.port_desc)  # no port id sent: a description that is a name
-    return LldpNeighbor(
+    neighbor = LldpNeighbor(
         mib=mib,
         time_mark=0,
         local_port_num=local_port_num(row.local_port),
@@ -232,6 +238,12 @@ def to_neighbor(row: CliRow, mib: str, rem_index: int) -> LldpNeighbor:
         remote_platform=remote_platform,
         man_addrs=row.man_addrs,
     )
+    # JSON can spell a NUL or a lone surrogate ("\u0000", "\ud800") that check_output never sees;
+    # Postgres text holds neither, and one such value would fail the device's whole load.
+    problem = neighbor.unstorable_field()
+    if problem is not None:
+        raise ValueError(problem)
+    return neighbor
 
 
 # ------------------------------------------------------------------------------------------------
@@ -290,21 +302,22 @@ def _clean_arista_eos(doc: Any) -> list[CliRow]:
     for ifname, body in table.items():
         for info in body.get("lldpNeighborInfo", []):
             port = info.get("neighborInterfaceInfo", {})
-            quoted = _blank(port.get("interfaceId"))
+            quoted = _leaf(port, "interfaceId")
             rows.append(
                 CliRow(
                     local_port=ifname,
-                    chassis_id=_blank(info.get("chassisId")),
-                    chassis_id_type=_blank(info.get("chassisIdType")),
-                    port_id=_blank(port.get("interfaceId_v2")) or quoted,
-                    port_id_type=_blank(port.get("interfaceIdType")),
-                    port_desc=_blank(port.get("interfaceDescription")),
-                    sys_name=_blank(info.get("systemName")),
-                    sys_desc=_blank(info.get("systemDescription")),
+                    chassis_id=_leaf(info, "chassisId"),
+                    chassis_id_type=_leaf(info, "chassisIdType"),
+                    port_id=_leaf(port, "interfaceId_v2") or quoted,
+                    port_id_type=_leaf(port, "interfaceIdType"),
+                    port_desc=_leaf(port, "interfaceDescription"),
+                    sys_name=_leaf(info, "systemName"),
+                    sys_desc=_leaf(info, "systemDescription"),
                     man_addrs=tuple(
-                        str(a["address"])
+                        address
                         for a in info.get("managementAddresses", [])
                         if str(a.get("addressType", "")).lower() in ("ipv4", "ipv6", "")
+                        and (address := _leaf(a, "address")) is not None
                     ),
                     extra={
                         **{k: v for k, v in info.items() if k in ("ttl", "lastChangeTime", "neighborDiscoveryTime")},
@@ -351,20 +364,20 @@ def _clean_cisco_nxos(doc: Any) -> list[CliRow]:
     quirks = CLI_QUIRKS["cisco_nxos"]
     for r in rows_in:
         row = CliRow(
-            local_port=str(r["l_port_id"]),
-            chassis_id=_blank(r.get("chassis_id")),
-            chassis_id_type=_blank(r.get("chassis_type")),
-            port_id=_blank(r.get("port_id")),
-            port_id_type=_blank(r.get("port_type")),
-            port_desc=_blank(r.get("port_desc")),
-            sys_name=_blank(r.get("sys_name")),
-            sys_desc=_blank(r.get("sys_desc")),
+            local_port=_required_leaf(r, "l_port_id"),
+            chassis_id=_leaf(r, "chassis_id"),
+            chassis_id_type=_leaf(r, "chassis_type"),
+            port_id=_leaf(r, "port_id"),
+            port_id_type=_leaf(r, "port_type"),
+            port_desc=_leaf(r, "port_desc"),
+            sys_name=_leaf(r, "sys_name"),
+            sys_desc=_leaf(r, "sys_desc"),
             man_addrs=tuple(
                 a
-                for a in (_blank(r.get("mgmt_addr")), _blank(r.get("mgmt_addr_ipv6")))
+                for a in (_leaf(r, "mgmt_addr"), _leaf(r, "mgmt_addr_ipv6"))
                 if a and a.lower() not in quirks.absent and _is_ip(a)
             ),
-            capabilities=_blank(r.get("enabled_capability")),
+            capabilities=_leaf(r, "enabled_capability"),
             extra={k: r[k] for k in ("ttl", "hold_time", "vlan_id", "system_capability") if k in r},
         )
         if summary and quirks.summary_device_id_is_name and row.sys_name is None and row.chassis_id:
@@ -390,17 +403,35 @@ def _junos(cell: Any) -> Any:
     # Junos JSON wraps every leaf as [{"data": value}] and every container as [{...}].
     if isinstance(cell, list) and cell and isinstance(cell[0], dict):
         if "data" in cell[0]:
-            return _blank(cell[0].get("data"))
+            data = cell[0]["data"]
+            # a container where the leaf's text should be stays one, so _leaf refuses it (never str() it)
+            return data if isinstance(data, dict | list) else _blank(data)
         return {k: _junos(v) for k, v in cell[0].items()}
     return None
 
 
 def _leaf(record: dict[str, Any], key: str) -> str | None:
-    """A leaf's text; TypeError (the output is not the command's) where a container stands."""
+    """A leaf's text; TypeError (the output is not the command's) where a container stands: a
+    list or an object is never turned into text (``str(["a"])`` would land as an id)."""
     value = record.get(key)
     if isinstance(value, dict | list):
         raise TypeError(f"{key} is not a value")
     return _blank(value)
+
+
+def _required_leaf(record: dict[str, Any], key: str) -> str:
+    """A leaf the command always prints: KeyError when it is missing."""
+    if key not in record:
+        raise KeyError(key)
+    return _leaf(record, key) or ""
+
+
+def _index(text: str | None) -> int | None:
+    """A remote index as the device printed it; None (the position is used) when it is not a
+    plain number that fits the warehouse's bigint ("²".isdigit() is true, int("²") fails)."""
+    if text and text.isascii() and text.isdigit() and len(text) <= 18:
+        return int(text)
+    return None
 
 
 def _junos_rows(records: Iterable[dict[str, Any]]) -> list[CliRow]:
@@ -420,7 +451,7 @@ def _junos_rows(records: Iterable[dict[str, Any]]) -> list[CliRow]:
         described = r.get("lldp-system-description")
         sys_desc = _leaf(described, "lldp-remote-system-description") if isinstance(described, dict) else None
         extra = {"local_port_id_raw": port_id} if interface and port_id and port_id != interface else {}
-        index = _leaf(r, "lldp-index") or ""
+        index = _leaf(r, "lldp-index")
         rows.append(
             CliRow(
                 local_port=local,
@@ -431,7 +462,7 @@ def _junos_rows(records: Iterable[dict[str, Any]]) -> list[CliRow]:
                 port_desc=_leaf(r, "lldp-remote-port-description"),
                 sys_name=_leaf(r, "lldp-remote-system-name"),
                 sys_desc=sys_desc or _leaf(r, "lldp-remote-system-description"),
-                rem_index=int(index) if index.isdigit() else None,
+                rem_index=_index(index),
                 parent_interface=_leaf(r, "lldp-local-parent-interface-name"),
                 extra=extra,
             )
@@ -514,7 +545,7 @@ def _clean_cisco_xr_xml(root: ET.Element) -> list[CliRow]:
                 continue
             detail: dict[str, Any] = record["detail"] if isinstance(record.get("detail"), dict) else {}
             mib: dict[str, Any] = record["mib"] if isinstance(record.get("mib"), dict) else {}
-            rem_index = _leaf(mib, "remindex") or ""
+            rem_index = _leaf(mib, "remindex")
             rows.append(
                 CliRow(
                     local_port=_leaf(record, "receivinginterfacename") or "",
@@ -525,7 +556,7 @@ def _clean_cisco_xr_xml(root: ET.Element) -> list[CliRow]:
                     port_desc=_leaf(detail, "portdescription"),
                     sys_name=_leaf(detail, "systemname") or _leaf(record, "deviceid"),
                     sys_desc=_leaf(detail, "systemdescription"),
-                    rem_index=int(rem_index) if rem_index.isdigit() else None,
+                    rem_index=_index(rem_index),
                     parent_interface=_leaf(record, "receivingparentinterfacename"),
                     capabilities=_leaf(record, "enabledcapabilities"),
                     extra={k: mib[k] for k in ("remlocalportnum", "remtimemark") if k in mib},
@@ -632,6 +663,23 @@ def check_output(text: str | bytes) -> str:
     return text
 
 
+def check_table(text: str) -> None:
+    """Refuse a table TextFSM would take minutes over. ntc-templates' rules (``^\\s*...\\s*$``)
+    backtrack quadratically on a long line: a 200 KB line of spaces or letters costs minutes
+    (juniper_junos ``show lldp neighbors``: 8 KB, 0.4 s), so lines and the table are capped far
+    above anything an LLDP table prints (TLV strings are at most 255 octets; a 48-port switch's
+    detail table is ~30 KB)."""
+    if len(text) > MAX_TABLE_CHARS:
+        raise OutputError(
+            f"a {len(text)}-character table exceeds the {MAX_TABLE_CHARS}-character limit for text tables"
+        )
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > MAX_TABLE_LINE:
+            raise OutputError(
+                f"line {number} is {len(line)} characters long; no LLDP table line exceeds {MAX_TABLE_LINE}"
+            )
+
+
 def rows_for(text: str, spec: CommandSpec) -> list[CliRow]:
     """The output as rows; OutputError when the output as a whole is not this command's."""
     if spec.format in ("json", "xml"):
@@ -651,11 +699,18 @@ def rows_for(text: str, spec: CommandSpec) -> list[CliRow]:
             raise OutputError(f"no {spec.format.upper()} reader for platform {spec.platform!r}")
         try:
             return apply_quirks(cleaner(doc), quirks)
-        except (KeyError, IndexError, TypeError, AttributeError) as err:
+        except OutputError:
+            raise  # the cleaner's own verdict (an NX-API error answer), already worded
+        except KeyError as err:
             raise OutputError(f"{spec.format.upper()} is not {spec.command!r} output: missing {err}") from None
+        except (IndexError, TypeError, AttributeError, ValueError) as err:
+            # ValueError: a record the cleaner cannot read at all (a Junos neighbour without a local
+            # port); it escaped parse_output before, which promises never to raise
+            raise OutputError(f"{spec.format.upper()} is not {spec.command!r} output: {err}") from None
         except RecursionError:
             raise OutputError(f"{spec.format.upper()} nested too deeply") from None
     if spec.format == "textfsm":
+        check_table(text)
         try:
             return rows_from_textfsm(textfsm_parse(text, spec), spec)
         except OutputError:
@@ -705,13 +760,14 @@ def parse_output(text: str | bytes, spec: CommandSpec, device: str) -> CliParse:
         try:
             result.neighbors.append(to_neighbor(row, mib, per_port[row.local_port]))
         except (ValueError, IdError) as err:
+            local = escaped(row.local_port)  # it came out of JSON or XML: it may hold a NUL
             result.quarantined.append(
                 Quarantined(
                     source=SOURCE,
                     device=device,
-                    reason=f"bad neighbour on {row.local_port}: {err}",
+                    reason=f"bad neighbour on {local}: {err}",
                     payload=json.dumps(row.__dict__, default=str),
-                    location=f"port {row.local_port}",
+                    location=f"port {local}",
                     context=dict(context),
                 )
             )

@@ -10,11 +10,13 @@ from core.lldp.models import (
     LldpNeighbor,
     LldpSystem,
     PortIdSubtype,
+    escaped,
     format_mac,
     parse_mac,
     render_chassis_id,
     render_port_id,
     text_of,
+    unstorable,
 )
 from core.lldp.names import INTERFACE_PREFIXES, looks_like_interface, normalise_interface, split_port
 from core.lldp.quirks import (
@@ -40,6 +42,7 @@ __all__ = [
     "PlatformQuirks",
     "PortIdSubtype",
     "detect_platform",
+    "escaped",
     "format_mac",
     "looks_like_interface",
     "normalise_interface",
@@ -50,4 +53,5 @@ __all__ = [
     "render_port_id",
     "split_port",
     "text_of",
+    "unstorable",
 ]

@@ -10,7 +10,8 @@ the bytes cannot.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, fields
 from enum import IntEnum
 
 
@@ -41,6 +42,9 @@ class PortIdSubtype(IntEnum):
 class IdError(ValueError):
     """A chassis or port id whose bytes do not fit its subtype (e.g. a 5-byte MAC)."""
 
+
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+"""The warehouse's integer columns (port numbers, remote indexes) are bigint."""
 
 MAX_ID_BYTES = 255
 """802.1AB caps chassis and port ids at 255 octets; anything longer is not an LLDP id."""
@@ -82,6 +86,28 @@ def text_of(raw: bytes) -> tuple[str, bool]:
         text, ok = raw.decode("utf-8", errors="backslashreplace"), False
     # Postgres text cannot hold NUL: escape the ones inside (the raw bytes are kept where it matters).
     return text.replace("\x00", "\\x00").strip(), ok
+
+
+# Postgres text and jsonb hold neither NUL nor an unpaired surrogate (which is not even encodable
+# as UTF-8). Bytes decoded by text_of never carry either; strings out of JSON ("\u0000",
+# "\ud800") can, and one such string would fail the load of the device's whole batch.
+_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable(text: str) -> str | None:
+    """Why ``text`` cannot be stored as text (a NUL, an unpaired surrogate), or None."""
+    bad = _UNSTORABLE_RE.search(text)
+    if bad is None:
+        return None
+    return "a NUL character" if bad.group() == "\x00" else f"an unpaired surrogate (U+{ord(bad.group()):04X})"
+
+
+def escaped(text: str) -> str:
+    """``text`` fit for a quarantine reason or location: NULs and unpaired surrogates written as
+    ``\\x00`` / ``\\ud800`` (text without them comes back unchanged)."""
+    if _UNSTORABLE_RE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
 def _opaque(raw: bytes) -> str:
@@ -187,3 +213,15 @@ class LldpNeighbor:
     @property
     def key(self) -> tuple[int, int]:
         return (self.local_port_num, self.rem_index)
+
+    def unstorable_field(self) -> str | None:
+        """What the first field Postgres could not store holds (a NUL or an unpaired surrogate in a
+        text column, a number beyond bigint), or None when the whole record can be stored."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, str) and (why := unstorable(item)) is not None:
+                    return f"{f.name} holds {why}, which cannot be stored as text"
+                if isinstance(item, int) and not BIGINT_MIN <= item <= BIGINT_MAX:
+                    return f"{f.name} is outside the 64-bit range of the warehouse's bigint columns"
+        return None

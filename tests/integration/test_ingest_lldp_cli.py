@@ -253,7 +253,7 @@ CLI_EOS = SHARED / "vendor-lldp/arista_eos/napalm-detail-41-neighbours/show_lldp
         ("nxos-json", b"x" * (MAX_OUTPUT_BYTES + 1), f"bytes exceeds the {MAX_OUTPUT_BYTES}-byte limit"),
         ("snmprec", b"1.3.6.1.2.1.1.5.0|4|sw\n1.0.8802.1.1.2.1.4.1.1.4.0.1|2|zz\n", "type 2: 'zz' is not a number"),
         ("snmpwalk", b"hello world\n", "no varbind of the system group"),
-        ("cumulus-json", b'{"lldp": [{"interface": [{"chassis": []}]}]}', "interface without a name"),
+        ("cumulus-json", b'{"lldp": [{"interface": [{"chassis": []}]}]}', "it names no interface"),
     ],
     ids=["truncated-json", "binary", "xml-entities", "huge", "snmprec-bad-value", "snmpwalk-garbage", "json0-no-name"],
 )
