@@ -26,9 +26,13 @@ def test_probe(warehouse) -> None:  # type: ignore[no-untyped-def]
         conn.execute("INSERT INTO ops.probe_marker VALUES (%s)", (os.environ["GPUFABRIC_DATA_DIR"],))
         conn.commit()
     twin = spawn("probe", [sys.executable, "-c", "import time; time.sleep(600)"], log=subprocess.DEVNULL)
+    # The server's own PID (postmaster.pid, first line): other sessions on the machine may take its
+    # port once it is stopped, so the PID, not the port, says whether it still runs.
+    postmaster = Path(os.environ["GPUFABRIC_DATA_DIR"]) / "postgres" / "postmaster.pid"
     report.write_text(json.dumps({
         "data_dir": os.environ["GPUFABRIC_DATA_DIR"],
         "pg_port": warehouse.base_url.port,
+        "pg_pid": int(postmaster.read_text().splitlines()[0]),
         "twin_pid": twin.pid,
         "markers_before": before[0] if before else None,
     }))
