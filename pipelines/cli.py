@@ -330,6 +330,7 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     out.print(f"[bold]1. simulated[/] {result.spec_name}: {result.summary}", soft_wrap=True)
     os.environ["GPUFABRIC_CONFIG"] = str(result.config_path)
     os.environ.setdefault("GPUFABRIC_FINOPS_WATCH_SECONDS", "2")  # one list and a short watch
+    os.environ.setdefault("GPUFABRIC_BURST_WATCH_SECONDS", "2")  # the lag asset too
     wh = open_warehouse()
     out.print(f"[bold]2. warehouse[/] {wh.display_url}")
     outcome = run_assets(None, console=err)

@@ -881,6 +881,29 @@ class BudgetSettings(_Model):
         return value
 
 
+# --------------------------------------------------------------------------------------------
+# Burst admission (issue 20): the lag watch and its SLO
+# --------------------------------------------------------------------------------------------
+
+BurstSeconds = Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)]
+
+
+class BurstSettings(_Model):
+    """Scheduling lag of agent pods (``assets/agents/burst_lag.py``, mart
+    ``efficiency.pod_scheduling_lag_5m``)."""
+
+    lag_slo_s: BurstSeconds = 90.0
+    """p99 seconds from a pod's creation to Running that the asset check accepts, per tenant,
+    tier, agent type and 5 minutes; a pod still waiting longer than this also fails it."""
+    watch_s: BurstSeconds = 45.0
+    """How long each run of the lag asset watches (its schedule runs every minute; a burst
+    measurement sets the burst's length plus its drain). ``GPUFABRIC_BURST_WATCH_SECONDS``
+    overrides it for one-shot runs."""
+    lookback_s: Annotated[float, Field(ge=0, le=7 * 86400, allow_inf_nan=False)] = 900.0
+    """Pods created up to this long before the watch starts are landed too (a burst already under
+    way, a pod still pending from the run before)."""
+
+
 class Settings(_Model):
     """The whole of ``gpufabric.yaml``. Build it with ``load_settings`` for file/line errors."""
 
@@ -893,6 +916,7 @@ class Settings(_Model):
     publish: PublishSettings = PublishSettings()
     warehouse: WarehouseSettings = WarehouseSettings()
     budget: BudgetSettings = BudgetSettings()
+    burst: BurstSettings = BurstSettings()
 
     _source_path: Path | None = PrivateAttr(default=None)
 
