@@ -797,16 +797,16 @@ def _huge(n: int, bad_every: int) -> Iterator[bytes]:
         yield f"node-{i:06d},r{i // 4:05d},{gpus},10.{i >> 16}.{(i >> 8) & 255}.{i & 255},SN{i:07d}\n".encode()
 
 
-def test_a_200k_row_stream_parses_in_one_pass() -> None:
-    # Not timed; a quadratic step (say, rescanning earlier rows) would take minutes here.
-    parsed = parse_csv(_huge(200_000, bad_every=1000))
-    assert len(parsed.records) == 200_000 - 200
-    assert len(parsed.quarantined) == 200
+def test_a_100k_row_stream_parses_in_one_pass() -> None:
+    # Not timed; a quadratic step (say, rescanning earlier rows: 5e9 row visits) would take minutes here.
+    parsed = parse_csv(_huge(100_000, bad_every=1000))
+    assert len(parsed.records) == 100_000 - 100
+    assert len(parsed.quarantined) == 100
     assert [q.location for q in parsed.quarantined[:2]] == ["line 2", "line 1002"]
-    assert parsed.quarantined[-1].location == f"line {199_000 + 2}"
+    assert parsed.quarantined[-1].location == f"line {99_000 + 2}"
     assert parsed.quarantined[-1].reason == "gpu_count must be a whole number, got 'lots'"
     last = parsed.records[-1]
-    assert (last.node, last.line, last.bmc_address, last.serial) == ("node-199999", 200_001, "10.3.13.63", "SN0199999")
+    assert (last.node, last.line, last.bmc_address, last.serial) == ("node-099999", 100_001, "10.1.134.159", "SN0099999")
 
 
 # --- 7. YAML specifics ---------------------------------------------------------------------------
