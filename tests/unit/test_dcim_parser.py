@@ -806,7 +806,8 @@ def test_a_100k_row_stream_parses_in_one_pass() -> None:
     assert parsed.quarantined[-1].location == f"line {99_000 + 2}"
     assert parsed.quarantined[-1].reason == "gpu_count must be a whole number, got 'lots'"
     last = parsed.records[-1]
-    assert (last.node, last.line, last.bmc_address, last.serial) == ("node-099999", 100_001, "10.1.134.159", "SN0099999")
+    assert (last.node, last.line, last.bmc_address, last.serial) == (
+        "node-099999", 100_001, "10.1.134.159", "SN0099999")
 
 
 # --- 7. YAML specifics ---------------------------------------------------------------------------
