@@ -155,8 +155,18 @@ def unchanged_for_us(old: Any, new: Any) -> bool:
     return before is not None and before == _judged(new)
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped. A request may carry text that is no valid UTF-8 once decoded
+    (a lone surrogate such as ``"\\ud800"`` in its uid or object); echoed back by Starlette's
+    JSONResponse, which encodes UTF-8, it raised and the API server saw a 500. Escaped, it is
+    valid JSON the API server decodes."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
+    return AsciiJSONResponse({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": status,
                          "message": message}, status_code=status)  # fmt: skip
 
 
@@ -169,7 +179,7 @@ def _review(uid: str, allowed: bool, message: str = "", warnings: Sequence[str] 
         # the API server shows each warning to kubectl; it caps them at 120 characters... per
         # upstream guidance we keep them short but complete, at most 10
         response["warnings"] = list(warnings)[:10]
-    return JSONResponse({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
+    return AsciiJSONResponse({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
 
 
 def make_app(holder: IndexHolder) -> Starlette:

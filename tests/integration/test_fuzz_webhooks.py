@@ -255,6 +255,9 @@ def check_budget(response: httpx.Response, body: bytes) -> None:
                                                                   HealthCheck.too_slow])  # fmt: skip
 @given(_bodies)
 @example(Mutated(b"[" * 100_000 + b"]" * 100_000, ["nested"]))  # was: RecursionError out of json.loads, a 500
+# was: the lone surrogate echoed in the answer failed Starlette's UTF-8 encoding, a 500 (found in CI)
+@example(Mutated(b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "\\ud800"}}',
+                 ["lone surrogate uid"]))
 def test_topology_webhook_answers_every_body(topology: Served, body: Mutated) -> None:
     check_topology(_post(topology.client, body.data), body.data)
 
