@@ -389,14 +389,19 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, *, user: str) -> None:
-    """A self-contained kubeconfig (certificates embedded), readable only by the owner."""
+def write_kubeconfig(path: Path, server: str, *, user: str, credentials: Mapping[str, str],
+                     ca: Path | None = None) -> Path:
+    """A self-contained kubeconfig for one user (``credentials``: embedded client certificate and
+    key, a token, or nothing for a plain-HTTP proxy), readable only by the owner, written whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    cluster: dict[str, str] = {"server": server}
+    if ca is not None:
+        cluster["certificate-authority-data"] = _b64(ca)
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "gpufabric-sim", "cluster": {"server": server, "certificate-authority-data": _b64(ca)}}],
-        "users": [{"name": user, "user": {"client-certificate-data": _b64(cert), "client-key-data": _b64(key)}}],
+        "clusters": [{"name": "gpufabric-sim", "cluster": cluster}],
+        "users": [{"name": user, "user": dict(credentials)}],
         "contexts": [{"name": f"{user}@gpufabric-sim", "context": {"cluster": "gpufabric-sim", "user": user}}],
         "current-context": f"{user}@gpufabric-sim",
         "preferences": {},
@@ -405,6 +410,13 @@ def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, 
     tmp.write_text(yaml.safe_dump(config, sort_keys=False))
     tmp.chmod(0o600)
     os.replace(tmp, path)
+    return path
+
+
+def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, *, user: str) -> None:
+    """A client-certificate kubeconfig (the plane's components and :meth:`ControlPlane.client_config`)."""
+    write_kubeconfig(path, server, user=user, ca=ca,
+                     credentials={"client-certificate-data": _b64(cert), "client-key-data": _b64(key)})
 
 
 def _start(workdir: Path, binaries: Binaries, say: Progress, ready_timeout: float) -> ControlPlane:

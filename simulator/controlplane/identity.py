@@ -14,8 +14,6 @@ common name for ``gpufabric-topology-webhook``.)
 
 from __future__ import annotations
 
-import base64
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from typing import Any
 import yaml
 
 from simulator.controlplane.api import APPLY_PATCH, Api
-from simulator.controlplane.cluster import ControlPlane
+from simulator.controlplane.cluster import ControlPlane, write_kubeconfig
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
 # kind -> (API path prefix, plural, namespaced)
@@ -99,19 +97,5 @@ def service_account_kubeconfig(plane: ControlPlane, name: str, namespace: str = 
     server issued (see the module doc); written beside the plane's other kubeconfigs, mode 600."""
     token = service_account_token(plane, name, namespace)
     user = f"{namespace}.{name}"
-    ca = base64.b64encode(plane.ca_file.read_bytes()).decode()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "gpufabric-sim", "cluster": {"server": plane.server, "certificate-authority-data": ca}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": f"{user}@gpufabric-sim", "context": {"cluster": "gpufabric-sim", "user": user}}],
-        "current-context": f"{user}@gpufabric-sim",
-    }  # fmt: skip
     path = plane.workdir / "kubeconfigs" / f"sa-{user}.kubeconfig"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    tmp.chmod(0o600)
-    os.replace(tmp, path)
-    return path
+    return write_kubeconfig(path, plane.server, user=user, credentials={"token": token}, ca=plane.ca_file)

@@ -41,10 +41,9 @@ from urllib.parse import parse_qs
 
 import httpx
 import uvicorn
-import yaml
 
 from simulator.controlplane.api import tls_context
-from simulator.controlplane.cluster import ControlPlane
+from simulator.controlplane.cluster import ControlPlane, write_kubeconfig
 from simulator.kube.faults import WRITE_METHODS, Faults
 
 log = logging.getLogger(__name__)
@@ -378,18 +377,6 @@ async def _respond(send: Any, status: int, body: bytes, headers: list[tuple[byte
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _write_kubeconfig(path: Path, url: str) -> Path:
-    name = "fault-proxy"
-    doc = {"apiVersion": "v1", "kind": "Config",
-           "clusters": [{"name": name, "cluster": {"server": url}}],
-           "users": [{"name": name, "user": {}}],
-           "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
-           "current-context": name}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
 class FaultProxy:
     """A running proxy; see the module docstring. Thread-safe; stop it with :meth:`stop`."""
 
@@ -514,8 +501,8 @@ def start_proxy(plane: ControlPlane, *, port: int = 0) -> FaultProxy:
             sock.close()
             raise RuntimeError(f"the fault proxy on port {port} did not start")
         time.sleep(0.01)
-    kubeconfig = _write_kubeconfig(plane.workdir / "kubeconfigs" / f"fault-proxy-{port}.kubeconfig",
-                                   f"http://127.0.0.1:{port}")
+    kubeconfig = write_kubeconfig(plane.workdir / "kubeconfigs" / f"fault-proxy-{port}.kubeconfig",
+                                  f"http://127.0.0.1:{port}", user="fault-proxy", credentials={})
     return FaultProxy(app, server, thread, port, kubeconfig)
 
 

@@ -26,6 +26,7 @@ from connectors.ssh.parsers import MAX_OUTPUT_BYTES, parse_output
 from connectors.ssh.platforms import CAPTURE_FORMATS, command_for
 from core.lldp import LldpNeighbor
 from pipelines.cli import app as cli_app
+from tests.unit.test_vendor_lldp_captures import FORMAT_OF  # case folder (vendor, format) -> --format
 
 pytestmark = pytest.mark.integration
 
@@ -33,14 +34,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "fixtures"
 CLI_CASES = sorted((SHARED / "vendor-lldp").glob("*/*/expected.yaml"))
 WALKS = sorted((SHARED / "snmprec").glob("*.snmprec"))
-FORMAT_OF = {
-    ("arista_eos", "json"): "eos-json",
-    ("cisco_nxos", "json"): "nxos-json",
-    ("juniper_junos", "json"): "junos-json",
-    ("juniper_junos", "xml"): "junos-xml",
-    ("cisco_xr", "xml"): "iosxr-xml",
-    ("cumulus", "json"): "cumulus-json",
-}
 KEYS = ("local_port", "remote_system_name", "remote_port_id", "remote_chassis_id")
 
 

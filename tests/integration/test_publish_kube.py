@@ -26,6 +26,7 @@ import pytest
 from kubernetes import client
 
 from connectors.kube import ClusterTarget, api_client, list_nodes
+from connectors.kube.client import object_path
 from connectors.kube.publish import BlastRadiusExceeded, Plan, PublishError, execute, plan
 from core.publish import DesiredState, KueuePolicy, LabelScheme, TenantSpec, desired_state, render_kueue
 from core.topology import TopologyModel, derive
@@ -49,9 +50,6 @@ OURS = {
     "accelerator.gpufabric.io/domain", "accelerator.gpufabric.io/sub-domain", "gpufabric.io/pool",
 }  # fmt: skip
 KUEUE_PLURALS = ("topologies", "resourceflavors", "clusterqueues", "cohorts", "workloadpriorityclasses", "localqueues")
-PLURALS = {"Topology": "topologies", "ResourceFlavor": "resourceflavors", "Cohort": "cohorts",
-           "WorkloadPriorityClass": "workloadpriorityclasses", "ClusterQueue": "clusterqueues",
-           "LocalQueue": "localqueues"}  # fmt: skip
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -205,13 +203,9 @@ def test_every_rendered_kueue_kind_passes_the_servers_validation(kube_cluster: A
     api = kube_cluster.api()
     try:
         for obj in objects:
-            meta = obj["metadata"]
-            if "namespace" in meta:  # the test's own namespace: a tenant's may still be going from an earlier test
-                meta = {**meta, "namespace": kube_namespace}
-                obj = {**obj, "metadata": meta}
-            where = f"/namespaces/{meta['namespace']}" if "namespace" in meta else ""
-            path = f"/apis/kueue.x-k8s.io/v1beta2{where}/{PLURALS[obj['kind']]}/{meta['name']}"
-            answer = api.patch(path, obj, APPLY_PATCH, fieldManager=MANAGER, dryRun="All")
+            if "namespace" in obj["metadata"]:  # the test's own: a tenant's may still be going from an earlier test
+                obj = {**obj, "metadata": {**obj["metadata"], "namespace": kube_namespace}}
+            answer = api.patch(object_path(obj), obj, APPLY_PATCH, fieldManager=MANAGER, dryRun="All")
             assert _contains(answer, {k: v for k, v in obj.items() if k != "metadata"}), (obj, answer)
         assert kueue_objects(kube_cluster.kube_client(), "clusterqueues") == []  # a dry run writes nothing
     finally:

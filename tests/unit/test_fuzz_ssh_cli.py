@@ -38,16 +38,9 @@ from tests.unit.fuzz_inputs import (
     paths,
 )
 from tests.unit.test_ssh_fixtures import RAWS, spec_for
+from tests.unit.test_vendor_lldp_captures import FORMAT_OF  # case folder (vendor, format) -> --format
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "vendor-lldp"
-FORMAT_OF = {
-    ("arista_eos", "json"): "eos-json",
-    ("cisco_nxos", "json"): "nxos-json",
-    ("juniper_junos", "json"): "junos-json",
-    ("juniper_junos", "xml"): "junos-xml",
-    ("cisco_xr", "xml"): "iosxr-xml",
-    ("cumulus", "json"): "cumulus-json",
-}
 
 
 class Case:
