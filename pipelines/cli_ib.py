@@ -132,3 +132,70 @@ def ingest_lldp(
         err.print(f"... and {len(c.quarantined) - 10} more in ops.quarantine (run {rid})", markup=False)
     if c.status is CollectionStatus.INVALID:
         raise typer.Exit(1)
+
+
+# --- issue 23: one node's `nvidia-smi topo -m` (begin) ------------------------------------------
+
+
+@app.command("gpu-topo")
+def ingest_gpu_topo(
+    host: Annotated[str, typer.Argument(help="the node the capture is from (its Kubernetes node name)")],
+    file: Annotated[Path, typer.Argument(help="saved `nvidia-smi topo -m` output")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print each GPU's best NICs, path class and NUMA node as a JSON list")
+    ] = False,
+    run_id: Annotated[str | None, typer.Option(help="run id (default: ingest-<time>-<random>)")] = None,
+    captured_at: Annotated[
+        datetime | None, typer.Option(help="when the node printed it (default: the file's modification time)")
+    ] = None,
+) -> None:
+    """Parse a saved `nvidia-smi topo -m` capture and land it in raw.gpu_topo_captures; a malformed
+    one is quarantined with its reason (exit 1)."""
+    import json
+
+    from connectors.gpu_topo import MAX_BYTES
+    from connectors.warehouse import WarehouseError, open_warehouse
+    from core.affinity import derive_node
+    from services.gpu_topo import land_gpu_topo
+
+    try:
+        with file.open("rb") as fh:
+            data = fh.read(MAX_BYTES + 1)  # the parser refuses more; never slurp a huge file
+        when = captured_at or datetime.fromtimestamp(file.stat().st_mtime, UTC)
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot read {file}: {exc.strerror or exc}", highlight=False)
+        raise typer.Exit(1) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    rid = run_id or f"ingest-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    try:
+        wh = open_warehouse()
+        with wh.connect() as conn:
+            done = land_gpu_topo(conn, rid, host, data, f"file:{file.name}", when)
+    except WarehouseError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from None
+    if done.matrix is None:
+        err.print(
+            f"error: {file} is not a readable `nvidia-smi topo -m` matrix: {done.error}"
+            f" (quarantined in ops.quarantine, run {rid})",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(1)
+    affinity = derive_node(host, done.matrix)
+    if as_json:
+        print(json.dumps(affinity.to_json(), indent=1))
+        return
+    table = Table(title=f"{file} -> {host}, run {rid}")
+    for col in ("GPU", "best NICs", "path", "NUMA", "CPUs"):
+        table.add_column(col)
+    for g in affinity.gpus:
+        numa = "-" if g.numa_node is None else str(g.numa_node)
+        table.add_row(str(g.gpu), ", ".join(g.best_nics) or "-", g.path_class or "-", numa, g.cpu_affinity or "-")
+    out.print(table)
+    for f in affinity.findings:
+        out.print(f"{f.kind}: {f.detail}", markup=False, highlight=False)
+
+
+# --- issue 23 (end) -----------------------------------------------------------------------------
