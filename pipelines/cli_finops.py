@@ -1,7 +1,8 @@
 """``gpufabric finops ...``: the FinOps query pack from the terminal.
 
 The integrator mounts :data:`app` as ``finops`` on the main CLI. ``report`` runs the files of
-``sql/queries/`` (the same ones analysts use, as tested) and prints the top lines of each.
+``sql/queries/`` (the same ones analysts use, as tested) and prints the top lines of each;
+``export --focus`` writes the cost fact as a FOCUS file (docs/focus.md).
 """
 
 from __future__ import annotations
@@ -93,3 +94,40 @@ def report(
         if not rows:
             table.caption = "nothing in this period"
         out.print(table)
+
+
+@app.command("export")
+def export(
+    file: Annotated[Path, typer.Argument(help="where to write: .parquet or .csv")],
+    focus: Annotated[bool, typer.Option("--focus", help="write the FOCUS dataset (the only export so far)")] = False,
+    version: Annotated[str, typer.Option(help="FOCUS version of the column set: 1.0 or 1.2")] = "1.2",
+    basis: Annotated[str, typer.Option(help="cost basis to export: allocation or usage")] = "allocation",
+) -> None:
+    """Write the cost fact (finops.gpu_cost_hourly) as a FOCUS file, streaming in batches."""
+    import psycopg
+
+    from connectors.warehouse import WarehouseError, open_warehouse
+    from core.finops.focus import ExportOptions, FocusExportError
+    from services.finops_export import export_focus
+
+    if not focus:
+        err.print("[red]say which export:[/] --focus (FOCUS is the only format so far)")
+        raise typer.Exit(2)
+    try:
+        options = ExportOptions(version=version, basis=basis)
+        wh = open_warehouse()
+        with wh.connect() as conn:
+            result = export_focus(conn, file, options,
+                                  on_batch=lambda n: err.print(f"  {n:,} lines written", highlight=False))
+    except FocusExportError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    except psycopg.errors.UndefinedTable:
+        err.print("[red]the finops tables are not built yet:[/] run `gpufabric run --select 'group:finops'` "
+                  "and the dbt models (`gpufabric run`)")
+        raise typer.Exit(1) from None
+    except WarehouseError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+    out.print(f"wrote {result.rows:,} lines of FOCUS {result.focus_version} ({result.basis} basis, "
+              f"{len(result.columns)} columns) to {result.path} as {result.file_format}")

@@ -10,6 +10,12 @@
 -- Exactness: each line is rounded once, half away from zero to 9 decimals, from an exact
 -- numerator/denominator with integer div() (core/finops/money.py round_line is the same rule);
 -- idle = capacity - the rounded tenant lines, so the identity above holds exactly.
+--
+-- FOCUS conformance (docs/focus.md): PricingQuantity carries 18 decimals, not 9, because FOCUS
+-- requires ListUnitPrice x PricingQuantity = ListCost (and ContractedUnitPrice x PricingQuantity =
+-- ContractedCost); with both sides rounded to 9 decimals the product misses the once-rounded cost
+-- by up to (1 + price) x 0.5e-9, over the 1e-9 the Foundation's validator allows. ConsumedQuantity
+-- and the money stay as they were. ContractedUnitPrice is the tier's rate (idle: list).
 {{ config(materialized='table') }}
 
 with pod_hours as (
@@ -64,6 +70,7 @@ workload as (
     select
         e.*,
         div(2 * e.q_num * 1000000000 + e.q_den, 2 * e.q_den) * 0.000000001 as quantity,
+        div(2 * e.q_num * 1000000000000000000 + e.q_den, 2 * e.q_den) * 0.000000000000000001 as pricing_quantity,
         div(2 * e.q_num * e.list_usd_per_gpu_hour * 1000000000 + e.q_den, 2 * e.q_den) * 0.000000001 as list_cost,
         div(2 * e.q_num * e.usd_per_gpu_hour * 1000000000 + e.q_den, 2 * e.q_den) * 0.000000001 as effective_cost
     from exact as e
@@ -120,9 +127,10 @@ select
         as "ResourceType",
     w.quantity::numeric(38, 9) as "ConsumedQuantity",
     'GPU-Hours'::text as "ConsumedUnit",
-    w.quantity::numeric(38, 9) as "PricingQuantity",
+    w.pricing_quantity::numeric(38, 18) as "PricingQuantity",
     'GPU-Hours'::text as "PricingUnit",
     w.list_usd_per_gpu_hour::numeric(12, 4) as "ListUnitPrice",
+    w.usd_per_gpu_hour::numeric(12, 4) as "ContractedUnitPrice",
     w.list_cost::numeric(38, 9) as "ListCost",
     w.effective_cost::numeric(38, 9) as "EffectiveCost",
     w.client::text as "SubAccountId",
@@ -170,8 +178,9 @@ select
     'Idle GPU capacity',
     i.quantity::numeric(38, 9),
     'GPU-Hours',
-    i.quantity::numeric(38, 9),
+    i.quantity::numeric(38, 18),
     'GPU-Hours',
+    i.list_usd_per_gpu_hour::numeric(12, 4),
     i.list_usd_per_gpu_hour::numeric(12, 4),
     (div(2 * i.quantity * i.list_usd_per_gpu_hour * 1000000000 + 1, 2) * 0.000000001)::numeric(38, 9),
     (div(2 * i.quantity * i.list_usd_per_gpu_hour * 1000000000 + 1, 2) * 0.000000001)::numeric(38, 9),
