@@ -181,6 +181,7 @@ def ingest_gpu_topo(
             f" (quarantined in ops.quarantine, run {rid})",
             markup=False,
             highlight=False,
+            soft_wrap=True,  # one line, whatever the terminal's width: paths and reasons stay greppable
         )
         raise typer.Exit(1)
     affinity = derive_node(host, done.matrix)

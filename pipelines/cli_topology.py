@@ -63,6 +63,23 @@ def _current(version: int | None) -> tuple[TopologyModel, dict[str, Any], bool]:
         raise _Fail(str(exc)) from None
 
 
+GPU_MAP_FIELDS = ("gpu", "best_nics", "path_class", "numa_node", "rail")
+
+
+def _gpu_maps() -> dict[str, list[dict[str, Any]]]:
+    """Host -> its GPUs' best NIC, path class, NUMA node and rail, from the latest affinity
+    derivation (the ``topology/gpu_affinity`` asset); empty when none was stored yet."""
+    from connectors.warehouse import WarehouseError, open_warehouse
+    from services.gpu_topo import latest_affinity
+
+    try:
+        with open_warehouse().connect() as conn:
+            stored = latest_affinity(conn)
+    except WarehouseError as exc:
+        raise _Fail(str(exc)) from None
+    return stored.gpus if stored else {}
+
+
 def _run(fn: Any) -> Any:
     try:
         return fn()
@@ -78,7 +95,10 @@ def show(
 ) -> None:
     """Derive the fabric model from the latest observations and show it (or a stored version)."""
     model, doc, created = _run(lambda: _current(version))
+    gpus = _run(_gpu_maps)
     if as_json:
+        for host in doc["hosts"]:  # issue 23: each host's GPU-to-rail map (docs/topology-json.md)
+            host["gpus"] = [{k: g[k] for k in GPU_MAP_FIELDS} for g in gpus.get(host["name"], [])]
         print(json.dumps(doc, indent=2, default=str))
         return
     out.print(f"topology version {doc['version']} ({'new' if created else 'unchanged'}), hash {doc['content_hash']}")
@@ -92,6 +112,13 @@ def show(
     for d in model.domains:
         table.add_row(d.level, d.name, d.id, str(d.hosts), str(d.design_size or ""), "yes" if d.valid else d.reason)
     out.print(table)
+    if gpus:
+        out.print(f"GPU-to-rail map ({len(gpus)} hosts; per GPU: path class, best NIC(s), NUMA node, rail):")
+        for host in sorted(gpus):
+            cells = [f"GPU{g['gpu']} {g['path_class'] or '-'} {','.join(g['best_nics']) or '-'} "
+                     f"numa{g['numa_node'] if g['numa_node'] is not None else '-'} {g['rail'] or '-'}"
+                     for g in gpus[host]]  # fmt: skip
+            out.print(f"  {host}: " + "; ".join(cells), highlight=False, markup=False, soft_wrap=True)
     if model.findings:
         ft = Table(title=f"findings ({len(model.findings)})")
         for col in ("severity", "kind", "message"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import agents, dbt, dcim, finops, infiniband, lldp, lldp_cli, publish, telemetry, topology
+from assets import affinity, agents, dbt, dcim, finops, infiniband, lldp, lldp_cli, publish, telemetry, topology
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
 collect_all = dg.define_asset_job(
@@ -29,6 +29,7 @@ defs = dg.Definitions.merge(
     infiniband.defs,
     telemetry.defs,
     topology.defs,
+    affinity.defs,
     publish.defs,
     finops.defs,
     agents.defs,

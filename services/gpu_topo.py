@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import psycopg
 
-from connectors.gpu_topo import SOURCE, GpuTopoError, parse_gpu_topo
+from connectors.gpu_topo import MAX_BYTES, SOURCE, GpuTopoError, parse_gpu_topo
 from connectors.warehouse import land_collection
+from connectors.warehouse.loader import copy_rows, record_status
 from core.affinity import TopoMatrix
+from core.affinity.fleet import FleetAffinity
 from core.quality import CollectionStatus, Quarantined
 
 COLUMNS = ("run_id", "source", "captured_at", "collected_at", "origin", "raw_text", "gpu_count", "nic_count", "matrix")
@@ -86,3 +90,115 @@ def land_gpu_topo(
         detail=detail,
     )
     return GpuTopoLanding(host, status, landed, quarantined, matrix, error)
+
+
+@dataclass(frozen=True)
+class DropCollection:
+    """One drop directory read: what landed per host, or why the directory could not be read."""
+
+    source: str
+    landings: tuple[GpuTopoLanding, ...]
+    error: str | None = None  # the directory itself was unreadable (status ``unreachable``)
+
+
+def collect_drop_directory(
+    conn: psycopg.Connection, run_id: str, name: str, directory: Path, suffix: str = ".txt"
+) -> DropCollection:
+    """Land every ``<host><suffix>`` a node agent dropped in ``directory`` (captured at the
+    file's modification time, origin ``agent:<name>``). A file is read up to ``MAX_BYTES`` + 1
+    bytes, so an oversized one is quarantined by the parser's size rule, never read whole; a file
+    that vanishes or cannot be read is quarantined with the OS error. An unreadable directory
+    lands nothing and records ``unreachable`` for the source ``name``."""
+    started = datetime.now(UTC)
+    try:
+        files = sorted(p for p in directory.iterdir() if p.name.endswith(suffix) and len(p.name) > len(suffix))
+    except OSError as exc:
+        detail = f"{type(exc).__name__}: {exc.strerror or exc}"
+        record_status(conn, run_id=run_id, source=SOURCE, device=name, status=CollectionStatus.UNREACHABLE,
+                      started_at=started, finished_at=datetime.now(UTC), detail=f"{directory}: {detail}")  # fmt: skip
+        return DropCollection(name, (), detail)
+    landings = []
+    for path in files:
+        host = path.name[: -len(suffix)]
+        try:
+            with path.open("rb") as fh:
+                data: str | bytes = fh.read(MAX_BYTES + 1)
+                captured_at = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+        except OSError as exc:
+            landings.append(_unreadable(conn, run_id, host, name, f"cannot read {path.name}: {exc.strerror or exc}"))
+            continue
+        landings.append(land_gpu_topo(conn, run_id, host, data, f"agent:{name}", captured_at))
+    return DropCollection(name, tuple(landings))
+
+
+def _unreadable(conn: psycopg.Connection, run_id: str, host: str, name: str, reason: str) -> GpuTopoLanding:
+    started = datetime.now(UTC)
+    held = [Quarantined(source=SOURCE, reason=reason, payload=b"", device=host, context={"origin": f"agent:{name}"})]
+    _, quarantined = land_collection(
+        conn, run_id=run_id, source=SOURCE, device=host, table=TABLE, columns=COLUMNS, rows=[],
+        quarantined=held, status=CollectionStatus.UNREACHABLE, started_at=started, detail=reason,
+    )  # fmt: skip
+    return GpuTopoLanding(host, CollectionStatus.UNREACHABLE, 0, quarantined, None, None)
+
+
+# --- derived affinity (topology.gpu_affinity*, migration 0016) -------------------------------------
+
+AFFINITY_COLUMNS = ("run_id", "host", "gpu", "best_nics", "path_class", "numa_node", "cpu_affinity", "rail", "rails",
+                    "topology_version")  # fmt: skip
+FINDING_COLUMNS = ("run_id", "host", "kind", "severity", "gpus", "nics", "detail", "evidence")
+
+
+def write_affinity(
+    conn: psycopg.Connection, run_id: str, fleet: FleetAffinity, topology_version: int | None, derived_at: datetime
+) -> tuple[int, int]:
+    """Store one derivation (replacing an earlier attempt of the same run); returns (GPU rows,
+    finding rows)."""
+    rows = [
+        (run_id, n.host, g.gpu, list(g.best_nics), g.path_class, g.numa_node, g.cpu_affinity, g.rail, list(g.rails),
+         topology_version)
+        for n in fleet.nodes for g in n.gpus
+    ]  # fmt: skip
+    found = [
+        (run_id, f.host, f.kind, f.severity.value,
+         list(f.gpus or ((f.gpu,) if f.gpu is not None else ())), list(f.nics or ((f.nic,) if f.nic else ())),
+         f.detail, dict(f.evidence))
+        for f in fleet.findings
+    ]  # fmt: skip
+    with conn.transaction():
+        conn.execute("DELETE FROM topology.gpu_affinity_runs WHERE run_id = %s", (run_id,))
+        conn.execute(
+            "INSERT INTO topology.gpu_affinity_runs (run_id, derived_at, topology_version, hosts, gpus, findings)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (run_id, derived_at, topology_version, len(fleet.nodes), len(rows), len(found)),
+        )
+        gpus = copy_rows(conn, "topology.gpu_affinity", AFFINITY_COLUMNS, rows)
+        findings = copy_rows(conn, "topology.gpu_affinity_findings", FINDING_COLUMNS, found)
+    return gpus, findings
+
+
+@dataclass(frozen=True)
+class StoredAffinity:
+    run_id: str
+    derived_at: datetime
+    topology_version: int | None
+    gpus: dict[str, list[dict[str, Any]]]  # host -> one object per GPU (docs/topology-json.md)
+
+
+def latest_affinity(conn: psycopg.Connection) -> StoredAffinity | None:
+    """The latest derivation's per-GPU rows by host, or None when none was stored."""
+    run = conn.execute(
+        "SELECT run_id, derived_at, topology_version FROM topology.gpu_affinity_runs ORDER BY derived_at DESC LIMIT 1"
+    ).fetchone()
+    if run is None:
+        return None
+    out: dict[str, list[dict[str, Any]]] = {}
+    for host, gpu, best, path, numa, rail, rails in conn.execute(
+        "SELECT host, gpu, best_nics, path_class, numa_node, rail, rails FROM topology.gpu_affinity"
+        " WHERE run_id = %s ORDER BY host, gpu",
+        (run[0],),
+    ):
+        out.setdefault(host, []).append(
+            {"gpu": gpu, "best_nics": list(best), "path_class": path, "numa_node": numa, "rail": rail,
+             "rails": list(rails)}
+        )  # fmt: skip
+    return StoredAffinity(str(run[0]), run[1], run[2], out)

@@ -515,6 +515,15 @@ class NvlinkSource(_Model):
         return self
 
 
+class GpuTopoSource(_Model):
+    """A directory where a node agent drops each node's ``nvidia-smi topo -m`` output as
+    ``<host><suffix>`` (the file's modification time is the capture time)."""
+
+    name: Name
+    path: ConfigPath
+    suffix: NonEmptyStr = ".txt"
+
+
 class KubernetesSource(_Model):
     """A cluster to read pods from and publish labels to. Nothing set means the default kubeconfig."""
 
@@ -589,6 +598,7 @@ _UNIQUE: tuple[_Unique, ...] = (
     _Unique(("sources", "dcgm_exporters"), "name", "name", _name_key("name")),
     _Unique(("sources", "kubernetes"), "name", "name", _name_key("name")),
     _Unique(("sources", "nvlink"), "name", "name", _name_key("name")),
+    _Unique(("sources", "gpu_topo"), "name", "name", _name_key("name")),
     _Unique(("tenants",), "id", "tenant id", _name_key("id")),
     _Unique(("rate_cards",), None, "rate card", _rate_card_key),
 )
@@ -670,6 +680,7 @@ class Sources(_Model):
     dcgm_exporters: list[DcgmExporterSource] = []
     kubernetes: list[KubernetesSource] = []
     nvlink: list[NvlinkSource] = []
+    gpu_topo: list[GpuTopoSource] = []
 
     @model_validator(mode="after")
     def _nvlink_clusters_exist(self) -> Sources:
@@ -717,7 +728,9 @@ class Sources(_Model):
             switches.append(switch)
         return {**data, "switches": switches}
 
-    @field_validator("dcim", "switches", "fabric_managers", "prometheus", "nvlink", "dcgm_exporters", "kubernetes")
+    @field_validator(
+        "dcim", "switches", "fabric_managers", "prometheus", "nvlink", "dcgm_exporters", "kubernetes", "gpu_topo"
+    )
     @classmethod
     def _unique_names(cls, value: list[Any], info: ValidationInfo) -> list[Any]:
         _refuse_duplicates(("sources", str(info.field_name)), value)

@@ -54,6 +54,8 @@ from core.models import (
     PortRef,
     Tier,
 )
+from simulator.gpu_topo import TEMPLATES as TOPO_TEMPLATES
+from simulator.gpu_topo import ExpectedFinding, GpuTopoFault, GpuTopoTruth, build_gpu_topo, expected_findings
 from simulator.spec import DEFECT_KNOBS, IB_PLATFORMS, ClusterSpec, MiscabledTarget, SpecError, SpecIssue
 
 # --- vendor data ------------------------------------------------------------------------------
@@ -276,6 +278,31 @@ class GroundTruth:
 
     def defects_of(self, kind: DefectKind | str) -> list[InjectedDefect]:
         return [d for d in self.defects if d.kind == DefectKind(kind)]
+
+    # -- inside the nodes (issue 23): computed on first use, most callers never need it --
+
+    @cached_property
+    def gpu_topo(self) -> GpuTopoTruth:
+        """Every compute node's ``nvidia-smi topo -m`` matrix, with the spec's matrix faults."""
+        name = self.spec.node.topology_template
+        d = self.spec.gpu_topo_faults
+        faults = [
+            GpuTopoFault("nic_across_socket", t.host, gpu=t.gpu,
+                                  description=f"{t.host} GPU{t.gpu} reaches every compute NIC only across the socket")
+            for t in d.nic_across_socket
+        ] + [
+            GpuTopoFault("swapped_nic_order", t.host, nics=t.nics,
+                                  description=f"{t.host}'s NIC{t.nics[0]} and NIC{t.nics[1]} device names swapped")
+            for t in d.swapped_nic_order
+        ]  # fmt: skip
+        template = TOPO_TEMPLATES[name] if name else None
+        return build_gpu_topo([h.name for h in self.hosts()], template, faults)
+
+    def affinity_findings(self) -> set[ExpectedFinding]:
+        """The GPU-NIC affinity findings the pipeline must report on this cluster: the matrix faults'
+        and those the fabric's miscabled ports cause inside the nodes."""
+        miscabled = [d.detail for d in self.defects_of(DefectKind.MISCABLED_PORT)]
+        return expected_findings(self.gpu_topo, miscabled, fleet=len(self.hosts()))
 
 
 # --- identities -------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from pydantic import (
 from pydantic import model_validator as _model_validator
 
 from core.hostlist import expand
+from simulator.gpu_topo import TEMPLATES, template_name
 
 # --- platform tables (vendor differences are data) ------------------------------------------
 
@@ -123,6 +124,22 @@ class NodeSpec(_Strict):
     gpus: PositiveInt = Field(description="GPUs per node")
     hcas: PositiveInt = Field(description="compute-fabric HCAs per node; one per rail")
     frontend_nic: str = Field(default="eno1", description="the one management/frontend NIC")
+    topology: str | None = Field(
+        default=None,
+        description="nvidia-smi topo -m template (simulator/gpu_topo.py TEMPLATES); default by model, none for others",
+    )
+
+    @field_validator("topology")
+    @classmethod
+    def _known_template(cls, value: str | None) -> str | None:
+        if value is not None and value not in TEMPLATES:
+            raise ValueError(f"unknown topology template {value!r} (known: {', '.join(sorted(TEMPLATES))})")
+        return value
+
+    @property
+    def topology_template(self) -> str | None:
+        """The template this node model's matrix is rendered from (explicit, else by model)."""
+        return template_name(self.model, self.topology)
 
 
 class NvlinkSpec(_Strict):
@@ -217,6 +234,29 @@ class DegradedTarget(_Strict):
     remove: PositiveInt
 
 
+class NicAcrossSocketTarget(_Strict):
+    """``host``'s GPU ``gpu`` reaches every compute NIC only across the CPU interconnect (SYS)."""
+
+    host: str
+    gpu: NonNegativeInt
+
+
+class SwappedNicTarget(_Strict):
+    """``host``'s NIC Legend names the two NIC columns ``nics`` the other way round (the RDMA
+    devices enumerated in another order than on the rest of the fleet)."""
+
+    host: str
+    nics: tuple[NonNegativeInt, NonNegativeInt]
+
+
+class GpuTopoFaults(_Strict):
+    """Faults inside nodes: their ``nvidia-smi topo -m`` matrices (simulator/gpu_topo.py), not the
+    fabric; kept apart from ``defects`` (``GroundTruth.defects`` stays the fabric's)."""
+
+    nic_across_socket: list[NicAcrossSocketTarget] = []
+    swapped_nic_order: list[SwappedNicTarget] = []
+
+
 class DefectSpec(_Strict):
     """Defect knobs: each a count (placed by seed) or an explicit list of targets."""
 
@@ -269,6 +309,7 @@ class ClusterSpec(_Strict):
         default_factory=list, description="UFM, storage, login or management servers on the compute fabric"
     )
     defects: DefectSpec = DefectSpec()
+    gpu_topo_faults: GpuTopoFaults = GpuTopoFaults()
 
     @field_validator("hosts", "racks")
     @classmethod
@@ -607,6 +648,7 @@ def _consistency_issues(spec: ClusterSpec) -> list[tuple[tuple[str | int, ...], 
         )
     out.extend(_service_host_issues(spec))
     out.extend(_defect_issues(spec))
+    out.extend(_gpu_topo_issues(spec))
     return out
 
 
@@ -719,6 +761,45 @@ def _defect_issues(spec: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]
                     out.append(((*loc, knob, i), f"{name!r} is not one of the spec's hosts"))
                 elif knob == "dcim_extra_hosts" and name in hosts:
                     out.append(((*loc, knob, i), f"{name!r} is a fabric host; extra hosts must be new"))
+    return out
+
+
+def _gpu_topo_issues(spec: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """The node's template must fit its GPU and HCA counts; matrix faults need a template, a real
+    host, a GPU it has, two distinct compute NIC columns, and one fault per host."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    d = spec.gpu_topo_faults
+    name = spec.node.topology_template
+    template = TEMPLATES.get(name) if name else None
+    if template is not None and (len(template.gpus), len(template.compute_nics)) != (spec.node.gpus, spec.rails):
+        out.append(
+            (
+                ("node", "topology"),
+                f"template {name!r} has {len(template.gpus)} GPUs and {len(template.compute_nics)} compute NICs, "
+                f"the node {spec.node.gpus} GPUs and {spec.rails} HCAs",
+            )
+        )
+        return out
+    seen: set[str] = set()
+    targets: list[tuple[str, int, NicAcrossSocketTarget | SwappedNicTarget]] = [
+        *(("nic_across_socket", i, t) for i, t in enumerate(d.nic_across_socket)),
+        *(("swapped_nic_order", i, t) for i, t in enumerate(d.swapped_nic_order)),
+    ]
+    for knob, i, t in targets:
+        loc: tuple[str | int, ...] = ("gpu_topo_faults", knob, i)
+        if template is None:
+            out.append((loc, f"node model {spec.node.model!r} has no topology template (set node.topology)"))
+            continue
+        if t.host not in spec.host_names:
+            out.append(((*loc, "host"), f"{t.host!r} is not one of the spec's hosts"))
+        if t.host in seen:
+            out.append(((*loc, "host"), f"{t.host!r} already has a matrix fault"))
+        seen.add(t.host)
+        if isinstance(t, NicAcrossSocketTarget) and t.gpu >= spec.node.gpus:
+            out.append(((*loc, "gpu"), f"GPU {t.gpu} >= gpus ({spec.node.gpus})"))
+        if isinstance(t, SwappedNicTarget):
+            if t.nics[0] == t.nics[1] or max(t.nics) >= spec.rails:
+                out.append(((*loc, "nics"), f"two distinct compute NIC columns below {spec.rails}"))
     return out
 
 

@@ -36,6 +36,7 @@ from simulator.dcim import write_dcim_export
 from simulator.generator import GroundTruth, generate
 from simulator.ib.twins import start_ibnetdiscover, start_ufm
 from simulator.kube.populate import gpu_facts
+from simulator.node_agent import start as start_node_agent
 from simulator.snmp import start as start_snmp_twin
 from simulator.spec import ClusterSpec
 from simulator.ssh import start as start_ssh_twin
@@ -63,6 +64,7 @@ TWINS: list[Twin] = [
     Twin("ibnetdiscover", start_ibnetdiscover),
     Twin("ufm", start_ufm),
     Twin("dcgm", start_dcgm_twin),
+    Twin("gpu_topo", start_node_agent),  # files a node agent drops: nvidia-smi topo -m per node
 ]
 
 

@@ -57,7 +57,7 @@ def two_blocks_of_four() -> ClusterSpec:
     """h100-4su with 2 scalable units of 4 nodes (the fabric sized to match: 8 rail leaves per SU)."""
     data = spec_of("h100-4su").model_dump()
     data.update(name="h100-2x4", hosts="dgx[001-008]", racks="r[01-02]", nodes_per_rack=4, scalable_units=2,
-                nodes_per_su=4, defects={})  # fmt: skip
+                nodes_per_su=4, defects={}, gpu_topo_faults={})  # fmt: skip
     data["compute_fabric"]["leaf"]["count"] = 16
     data["compute_fabric"]["spine"]["count"] = 4
     data["management_fabric"]["leaf"]["count"] = 2
