@@ -5,7 +5,7 @@ VENV  := .venv
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test ui bench lint system-deps kube clean-data help
+.PHONY: demo test ui bench lint system-deps kube tools clean-data help
 
 help:
 	@echo "make demo   simulate a 4-SU H100 SuperPOD (on a real Kubernetes control plane) and run every asset"
@@ -38,8 +38,15 @@ kube: $(STAMP)
 demo: $(STAMP) kube
 	$(BIN)/gpufabric demo
 
-test: $(STAMP) system-deps kube
-	$(BIN)/python -m pytest -q --durations=25
+# Tools whose pins clash with ours get venvs of their own under ~/.cache/gpufabric/tools: the
+# FinOps Foundation's focus-validator 1.0.0 (services/focus_validator.py; built once, then reused).
+tools: $(STAMP)
+	$(BIN)/python -c "from services.focus_validator import ensure_venv; print('focus-validator:', ensure_venv())"
+
+# Two workers: one runs every test that touches the session's Postgres, control plane and twins,
+# in order; the other runs the unit modules beside it (tests/conftest.py, pytest_xdist_make_scheduler).
+test: $(STAMP) system-deps kube tools
+	$(BIN)/python -m pytest -q -n 2 --durations=25
 
 ui: $(STAMP)
 	$(BIN)/gpufabric ui

@@ -36,6 +36,11 @@ os.environ.pop("GPUFABRIC_DATABASE_URL", None)
 os.environ.pop("GPUFABRIC_CONFIG", None)
 os.environ.pop("DAGSTER_HOME", None)
 os.environ.setdefault("GPUFABRIC_PG_PORT", "54339")
+# pytest-xdist gives its workers the controller's terminal size (COLUMNS=80, LINES=24); rich's
+# consoles, made when our CLI modules are imported, would then keep 80 columns for good and ignore
+# the width a test asks for. Without them a worker renders as a plain pytest run does.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 
 def _discard_data_dir(directory: Path) -> None:
@@ -87,6 +92,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     claim.mkdir()
     (claim / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "start_ticks": start_ticks(os.getpid())}))
     claim.rename(SESSION_DIR)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """How ``pytest -n 2`` (what ``make test`` runs) splits the suite between its two workers.
+
+    Every test that may touch the session's site (Postgres, the control plane, the twins: all of
+    ``tests/integration`` and ``tests/e2e``) is one unit of work, so one worker runs them in order
+    on one server, one plane and one set of twins, exactly as a plain ``pytest`` would. Unit tests
+    touch none of them; each module is a unit the other worker takes, so on 2 cores the
+    pure-Python tests run beside the site's, which spend much of their time waiting on servers.
+    (Our own scheduler, not ``--dist loadgroup``: xdist 3.8 renames ``Item._nodeid``, which
+    pytest 9.2 no longer reads, so its groups are silently ignored.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SiteAndUnitModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module.startswith("tests/unit/") else "site"
+
+    return SiteAndUnitModules(config, log)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
