@@ -417,6 +417,7 @@ class FabricManagerSource(_Model):
     token: SecretRef | None = None
     verify_tls: bool = True
     ca_file: ConfigPath | None = None
+    allow_plain_http: bool = False  # an http:// url sends the credentials in clear: a lab's choice only
     timeout_s: TimeoutS = 30.0
     retries: Retries = 3
     # kind ibnetdiscover: a saved output to load instead of running the command on this host.
@@ -443,6 +444,9 @@ class FabricManagerSource(_Model):
                 issues.append("kind ufm needs auth: basic or token")
             if self.path is not None:
                 issues.append("path only applies to kind ibnetdiscover (a saved output)")
+            if self.url is not None and urlsplit(self.url).scheme.lower() == "http" and not self.allow_plain_http:
+                issues.append("url is plain http: UFM's credentials would cross the network in clear; use "
+                              "https:// (or allow_plain_http: true for a lab UFM)")
         else:
             used = [name for name in ("url", "auth", "username", "password", "token") if getattr(self, name)]
             if used:

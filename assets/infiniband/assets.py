@@ -64,6 +64,7 @@ def collect(src: FabricManagerSource) -> tuple[IbFabric, CollectionStatus | None
             token=src.token.resolve().get_secret_value() if src.token else None,
             verify_tls=src.verify_tls,
             ca_file=str(src.ca_file) if src.ca_file else None,
+            allow_plain_http=src.allow_plain_http,
             timeout_s=src.timeout_s,
             retries=src.retries,
         )

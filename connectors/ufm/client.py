@@ -11,7 +11,10 @@ UFM facts this client encodes (UFM Enterprise REST API guide):
 TLS: UFM serves HTTPS, and its certificate is verified unless the site file says
 ``verify_tls: false``: against ``ca_file`` when given, else against the operating system's trust
 store (``ssl.create_default_context``, which also honours ``SSL_CERT_FILE``/``SSL_CERT_DIR``),
-not certifi's bundle, because a site's UFM certificate comes from the site's own CA. A failed
+not certifi's bundle, because a site's UFM certificate comes from the site's own CA. An
+``http://`` URL is refused (:class:`UfmTlsError`) unless ``allow_plain_http`` says so: both of
+UFM's roots send a credential on every request, and over plain HTTP anyone on the path reads it.
+A failed
 check is :class:`UfmTlsError`, naming why (expired, unknown issuer, host name mismatch); it is
 not retried, since only a configuration change fixes it. :attr:`UfmClient.tls_trust` says what
 the client trusts.
@@ -31,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -85,6 +89,7 @@ class UfmConfig:
     token: str | None = field(default=None, repr=False)
     verify_tls: bool = True
     ca_file: str | None = None
+    allow_plain_http: bool = False  # a lab's UFM only: credentials then cross the network in clear
     timeout_s: float = 30.0
     retries: int = 3
     backoff_s: float = 0.5
@@ -113,6 +118,11 @@ class UfmClient:
         self._sleep = sleep
         self.requests = 0
         self.retried = 0
+        if urlsplit(config.base_url).scheme.lower() == "http" and not config.allow_plain_http:
+            raise UfmTlsError(
+                f"refusing to send the {config.auth} credentials to {config.base_url} over plain http: use "
+                "https:// (UFM serves it), or allow_plain_http: true for a lab UFM"
+            )
         headers = {"Accept": "application/json"}
         auth: httpx.Auth | None = None
         if config.auth == "basic":

@@ -30,7 +30,7 @@ def test_fabric_managers_land_with_status_and_quarantine(tmp_path: Path, warehou
             "version: 1\nsources:\n  fabric_managers:\n"
             f"    - {{name: ufm-a, kind: ufm, url: '{twin.url}', auth: basic, username: admin,"
             f" ca_file: '{twin.ca_file}', password: {{file: pw}}, retries: 0}}\n"
-            "    - {name: ufm-down, kind: ufm, url: 'http://127.0.0.1:9', auth: basic, username: admin,"
+            "    - {name: ufm-down, kind: ufm, url: 'https://127.0.0.1:9', auth: basic, username: admin,"
             " password: {file: pw}, retries: 0, timeout_s: 2}\n"
             "    - {name: saved, kind: ibnetdiscover, path: saved.out}\n"
             "    - {name: adapters-only, kind: ibnetdiscover, path: bad.out}\n"

@@ -176,7 +176,7 @@ def test_unknown_resource_is_200_empty_and_unreachable_server(twin: UfmTwinThrea
     with trusting(twin) as http:
         r = http.get(f"{twin.url}/ufmRest/resources/systems/0000", auth=("admin", twin.password))
     assert (r.status_code, r.json()) == (200, {})
-    dead = UfmConfig(base_url="http://127.0.0.1:9", auth="basic", username="a", password="b", retries=1, backoff_s=0)
+    dead = UfmConfig(base_url="https://127.0.0.1:9", auth="basic", username="a", password="b", retries=1, backoff_s=0)
     with UfmClient(dead) as client, pytest.raises(UfmUnreachable, match="after 2 attempt"):
         client.rows("systems")
 
@@ -278,9 +278,14 @@ def test_an_unusable_ca_file_is_a_tls_error(twin: UfmTwinThread, tmp_path: Path)
         UfmClient(basic(twin, ca_file=str(tmp_path / "garbage.pem")))
 
 
-def test_the_twin_speaks_no_plain_http(twin: UfmTwinThread) -> None:
+def test_plain_http_is_refused_before_any_credential_leaves(twin: UfmTwinThread) -> None:
     plain = basic(twin, base_url=f"http://127.0.0.1:{twin.port}", retries=0)
-    with UfmClient(plain) as client, pytest.raises(UfmUnreachable, match="RemoteProtocolError"):
+    with pytest.raises(UfmTlsError, match=r"refusing to send the basic credentials to http://127\.0\.0\.1:\d+ over"):
+        UfmClient(plain)
+    assert twin.password not in repr(plain)
+    # A lab may allow it; the twin itself speaks no plain HTTP, so the request then fails there.
+    lab = basic(twin, base_url=f"http://127.0.0.1:{twin.port}", retries=0, allow_plain_http=True)
+    with UfmClient(lab) as client, pytest.raises(UfmUnreachable, match="RemoteProtocolError"):
         client.rows("systems")
 
 

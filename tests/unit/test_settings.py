@@ -504,12 +504,22 @@ def test_snmp_version_spellings() -> None:
             "{name: u, kind: ufm, url: 'https://u', auth: token, token: {env: T}, verify_tls: false, ca_file: ca.pem}",
             "ca_file has no effect",
         ),
+        (
+            "{name: u, kind: ufm, url: 'HTTP://ufm:80', auth: basic, username: a, password: {env: P}}",
+            "url is plain http: UFM's credentials would cross the network in clear",
+        ),
     ],
 )
 def test_fabric_manager_rules(fail: Fail, entry: str, expected: str) -> None:
     message = fail(f"version: 1\nsources:\n  fabric_managers:\n    - {entry}\n")
     assert message.startswith("gpufabric.yaml:4: sources.fabric_managers[0]")
     assert expected in message
+
+
+def test_a_lab_may_allow_plain_http_to_ufm() -> None:
+    entry = "{name: u, kind: ufm, url: 'http://ufm', auth: token, token: {env: T}, allow_plain_http: true}"
+    source = parse_settings(f"version: 1\nsources:\n  fabric_managers:\n    - {entry}\n").sources.fabric_managers[0]
+    assert (source.url, source.allow_plain_http) == ("http://ufm", True)
 
 
 @pytest.mark.parametrize(
