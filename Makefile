@@ -39,9 +39,11 @@ demo: $(STAMP) kube
 	$(BIN)/gpufabric demo
 
 # Tools whose pins clash with ours get venvs of their own under ~/.cache/gpufabric/tools: the
-# FinOps Foundation's focus-validator 1.0.0 (services/focus_validator.py; built once, then reused).
+# FinOps Foundation's focus-validator 1.0.0 (services/focus_validator.py), and NVIDIA's mig-parted
+# v0.10.0 built from the Go module proxy (simulator/migparted.py); built once, then reused.
 tools: $(STAMP)
 	$(BIN)/python -c "from services.focus_validator import ensure_venv; print('focus-validator:', ensure_venv())"
+	$(BIN)/python -m simulator.migparted
 
 # Two workers: one runs every test that touches the session's Postgres, control plane and twins,
 # in order; the other runs the unit modules beside it (tests/conftest.py, pytest_xdist_make_scheduler).

@@ -22,6 +22,7 @@ from rich.table import Table
 from pipelines.cli_budget import app as budget_app
 from pipelines.cli_finops import app as finops_app
 from pipelines.cli_ib import app as ingest_app
+from pipelines.cli_mig import app as mig_app
 from pipelines.cli_orphans import app as orphans_app
 from pipelines.cli_publish import app as publish_app
 from pipelines.cli_publish import kueue_app
@@ -49,6 +50,7 @@ app.add_typer(orphans_app, name="orphans")
 app.add_typer(budget_app, name="budget")
 app.add_typer(publish_app, name="publish")
 app.add_typer(kueue_app, name="kueue")
+app.add_typer(mig_app, name="mig")
 
 out = Console()
 err = Console(stderr=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import affinity, agents, dbt, dcim, finops, infiniband, lldp, lldp_cli, publish, telemetry, topology
+from assets import affinity, agents, dbt, dcim, finops, infiniband, lldp, lldp_cli, mig, publish, telemetry, topology
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
 collect_all = dg.define_asset_job(
@@ -31,6 +31,7 @@ defs = dg.Definitions.merge(
     topology.defs,
     affinity.defs,
     publish.defs,
+    mig.defs,
     finops.defs,
     agents.defs,
     dbt.defs,

@@ -921,6 +921,71 @@ class BurstSettings(_Model):
     way, a pod still pending from the run before)."""
 
 
+# --------------------------------------------------------------------------------------------
+# MIG partitioning (issue 21; core.mig plans, services.mig applies through mig-manager)
+# --------------------------------------------------------------------------------------------
+
+
+class MigSlice(_Model):
+    """Instances a tenant wants on one GPU model: a ``profile`` (``1g.10gb``), or ``memory_gib`` and
+    ``compute_slices`` (the smallest profile serving them), or ``whole_gpu`` (MIG disabled)."""
+
+    model: NonEmptyStr  # a core.mig model name, GFD product or NVML name (H100-80GB, NVIDIA-H100-80GB-HBM3)
+    count: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    profile: NonEmptyStr | None = None
+    memory_gib: Annotated[float, Field(gt=0, le=1024, allow_inf_nan=False)] | None = None
+    compute_slices: Annotated[int, Field(ge=1, le=7)] = 1
+    media: bool = False
+    whole_gpu: bool = False
+
+
+class MigTenant(_Model):
+    """One tenant's isolation class and slice demand."""
+
+    tenant: Name
+    isolation: Literal["dedicated", "mig", "shared"] = "mig"
+    slices: list[MigSlice] = []
+
+
+def _demo_mig_tenants() -> list[MigTenant]:
+    """The demo's demand (H100 80GB nodes of the shipped specs): a regulated tenant alone on its
+    GPUs, inference agents on 1g slices, research sharing small instances."""
+    h100 = "H100-80GB"
+    return [
+        MigTenant(tenant="regulated", isolation="dedicated", slices=[MigSlice(model=h100, count=2, profile="3g.40gb")]),
+        MigTenant(tenant="inference", isolation="mig", slices=[MigSlice(model=h100, count=14, profile="1g.10gb")]),
+        MigTenant(tenant="research", isolation="shared",
+                  slices=[MigSlice(model=h100, count=4, memory_gib=16, compute_slices=2)]),
+    ]  # fmt: skip
+
+
+_MIG_PREFIX_RE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # config names are label values: <prefix>-<digest>
+
+
+class MigSettings(_Model):
+    """MIG demand and the guards of applying layouts (``gpufabric mig``, asset ``mig/plan``)."""
+
+    tenants: list[MigTenant] = Field(default_factory=_demo_mig_tenants)
+    max_gpus_per_window: Annotated[int, Field(ge=1, le=4096)] = 8
+    windows: Annotated[int, Field(ge=1, le=1000)] = 4
+    max_node_change_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 0.25
+    field_manager: Annotated[NonEmptyStr, Field(max_length=128)] = "gpufabric-mig"
+    config_namespace: Name = "gpu-operator"
+    config_map: Name = "custom-mig-config"
+    config_prefix: Annotated[str, Field(min_length=1, max_length=50, pattern=_MIG_PREFIX_RE)] = "gpufabric"
+    apply_timeout_s: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 900.0
+    """How long one window may take before a node not at ``success`` is reported stuck."""
+
+    @field_validator("tenants")
+    @classmethod
+    def _unique_mig_tenants(cls, value: list[MigTenant]) -> list[MigTenant]:
+        names = [t.tenant for t in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"tenant(s) listed twice: {', '.join(twice)}")
+        return value
+
+
 class Settings(_Model):
     """The whole of ``gpufabric.yaml``. Build it with ``load_settings`` for file/line errors."""
 
@@ -934,6 +999,7 @@ class Settings(_Model):
     warehouse: WarehouseSettings = WarehouseSettings()
     budget: BudgetSettings = BudgetSettings()
     burst: BurstSettings = BurstSettings()
+    mig: MigSettings = MigSettings()
 
     _source_path: Path | None = PrivateAttr(default=None)
 

@@ -112,6 +112,7 @@ RESOURCE_PATHS: dict[tuple[str, str], tuple[str, bool]] = {
     ("v1", "Node"): ("nodes", False),
     ("v1", "Pod"): ("pods", True),
     ("v1", "Namespace"): ("namespaces", False),
+    ("v1", "ConfigMap"): ("configmaps", True),  # mig-parted configs for mig-manager (issue 21)
     ("coordination.k8s.io/v1", "Lease"): ("leases", True),
     ("kueue.x-k8s.io/v1beta2", "Topology"): ("topologies", False),
     ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"): ("resourceflavors", False),

@@ -93,7 +93,8 @@ def _agent(workdir: Path) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     workdir = workdir.resolve()
     plane = _plane_from_state(workdir, _read_state(workdir), reused=True)
-    agent = NodeAgent(plane.api(pool=48))
+    # mig-manager's instances, for the dcgm-exporter twin (simulator.dcgm.exposition.load_mig_layouts)
+    agent = NodeAgent(plane.api(pool=48), mig_layout_file=workdir / "mig-layouts.json")
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

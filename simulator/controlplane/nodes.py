@@ -17,7 +17,14 @@ The agent does what kubelet does towards the API server, and nothing else:
 - finishes graceful deletion of bound pods (kubelet's final ``DELETE`` with grace period 0 once the
   containers are gone; without it a deleted pod stays Terminating forever);
 - ends a pod as Succeeded (exit 0) after ``controlplane.gpufabric.io/run-seconds`` if the pod
-  carries that annotation, so Jobs can complete and release quota.
+  carries that annotation, so Jobs can complete and release quota;
+- plays the GPU operator's mig-manager (issue 21): when a node's ``nvidia.com/mig.config`` label
+  changes it sets ``nvidia.com/mig.config.state=pending``, reads the named config from the mig-parted
+  ConfigMap (``core.mig.migparted.load_config``), publishes the ``mixed`` strategy's extended
+  resources (``nvidia.com/mig-<profile>``, ``nvidia.com/gpu`` less the MIG GPUs) in capacity and
+  allocatable, then sets ``success``; a config that is not there (or a ConfigMap that is missing
+  or unreadable) ends ``failed``. The instances applied are written to ``mig_layout_file`` (JSON,
+  node -> GPU index -> [profile, GPU instance id]) for the dcgm-exporter twin to expose.
 
 It uses two watches (nodes; pods with ``spec.nodeName!=``) and a pooled client, never a poll per
 node, so it keeps up with ~1,000 nodes on one core.
@@ -29,13 +36,28 @@ import concurrent.futures as cf
 import datetime as dt
 import hashlib
 import heapq
+import json
 import logging
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+from core.mig.apply import (
+    GFD_COUNT,
+    GFD_PRODUCT,
+    MIG_CONFIG_LABEL,
+    MIG_RESOURCE_PREFIX,
+    MIG_STATE_LABEL,
+    ConfigMapRef,
+    instances,
+    mig_resources,
+)
+from core.mig.migparted import MigConfigError, load_config
+from core.mig.profiles import UnknownModelError
 from simulator.controlplane.api import APPLY_PATCH, MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError
 
 log = logging.getLogger("gpufabric.controlplane.agent")
@@ -47,6 +69,10 @@ LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40  # kubelet's default nodeLeaseDurationSeconds
 STATUS_REPORT_S = 300  # kubelet's default nodeStatusReportFrequency
 KUBELET_VERSION = "v1.36.5"
+MIG_MANAGER = "nvidia-mig-manager"  # the field manager of the state label, as the real one's client
+# How long the twin's mig-manager stays ``pending`` before it applies: the real one takes seconds
+# (GPU reset) to minutes (reboot); a pause lets a reader see the transition.
+MIG_PENDING_S = 1.0
 
 
 def now_rfc3339(micro: bool = False) -> str:
@@ -194,8 +220,21 @@ def nodes_from_spec(spec: str) -> list[JSON]:
 class NodeAgent:
     """Kubelet's API-server side for every Node in the cluster (all nodes here are simulated)."""
 
-    def __init__(self, api: Api, *, workers: int = 8) -> None:
+    def __init__(
+        self,
+        api: Api,
+        *,
+        workers: int = 8,
+        mig_config: ConfigMapRef | None = None,
+        mig_layout_file: Path | None = None,
+        mig_pending_s: float = MIG_PENDING_S,
+    ) -> None:
         self.api = api
+        self.mig_config = mig_config or ConfigMapRef()
+        self.mig_layout_file = mig_layout_file
+        self.mig_pending_s = mig_pending_s
+        self._mig_seen: dict[str, str] = {}  # node -> the mig.config value last acted on
+        self._mig_layouts: dict[str, dict[str, list[list[Any]]]] = {}  # node -> GPU index -> [profile, gi id]
         self.stop = threading.Event()
         self._pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agent")
         self._lock = threading.Lock()
@@ -205,7 +244,8 @@ class NodeAgent:
         self._started: set[str] = set()  # pod uids moved to Running (a stale Pending event must not restart one)
         self._timers: list[tuple[float, str, str, str]] = []  # (due, namespace, name, uid)
         self._ip_counter = 0
-        self.counters = {"leases": 0, "pods_running": 0, "pods_deleted": 0, "pods_succeeded": 0, "node_status": 0}
+        self.counters = {"leases": 0, "pods_running": 0, "pods_deleted": 0, "pods_succeeded": 0, "node_status": 0,
+                         "mig_applied": 0, "mig_failed": 0}  # fmt: skip
 
     # -- lifecycle
 
@@ -268,6 +308,8 @@ class NodeAgent:
                     with self._lock:
                         self._nodes.pop(obj["metadata"]["name"], None)
                         self._leases.discard(obj["metadata"]["name"])
+                        self._mig_seen.pop(obj["metadata"]["name"], None)
+                    self._forget_layout(obj["metadata"]["name"])
                     continue
                 self._on_node(obj)
 
@@ -283,6 +325,75 @@ class NodeAgent:
             self._submit(self._renew_one, name)
         if ready is None or ready.get("status") != "True":
             self._submit(self._post_ready, name)
+        wanted = (node["metadata"].get("labels") or {}).get(MIG_CONFIG_LABEL)
+        with self._lock:
+            new = wanted is not None and self._mig_seen.get(name) != wanted
+            if new:
+                self._mig_seen[name] = str(wanted)
+        if new:
+            self._submit(self._apply_mig, name, str(wanted))
+
+    # -- mig-manager
+
+    def _mig_state(self, name: str, state: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {MIG_STATE_LABEL: state}}}
+        self.api.patch(f"/api/v1/nodes/{name}", body, APPLY_PATCH, fieldManager=MIG_MANAGER, force="true")
+
+    def _still_wanted(self, name: str, wanted: str) -> bool:
+        with self._lock:
+            return self._mig_seen.get(name) == wanted
+
+    def _apply_mig(self, name: str, wanted: str) -> None:
+        """mig-manager's loop for one label change: pending, apply, success (or failed)."""
+        self._mig_state(name, "pending")
+        if self.stop.wait(self.mig_pending_s) or not self._still_wanted(name, wanted):
+            return  # a newer label value has its own run
+        node = self.api.get(f"/api/v1/nodes/{name}")
+        labels = node["metadata"].get("labels") or {}
+        ref = self.mig_config
+        try:
+            cm = self.api.get(f"/api/v1/namespaces/{ref.namespace}/configmaps/{ref.name}")
+            config = load_config(str((cm.get("data") or {}).get(ref.key, "")))
+            count = int(labels.get(GFD_COUNT, "0"))
+            resources = mig_resources(config, wanted, count)
+            layout = instances(config, wanted, count, str(labels.get(GFD_PRODUCT, "")))
+        except (ApiError, MigConfigError, KeyError, ValueError, UnknownModelError) as exc:
+            log.warning("mig-manager %s: cannot apply %s: %s", name, wanted, exc)
+            if self._still_wanted(name, wanted):
+                self._mig_state(name, "failed")
+                with self._lock:
+                    self.counters["mig_failed"] += 1
+            return
+        capacity = dict((node.get("status") or {}).get("capacity") or {})
+        stale: dict[str, Any] = {k: None for k in capacity if k.startswith(MIG_RESOURCE_PREFIX) and k not in resources}
+        patch = {"status": {"capacity": {**stale, **resources}, "allocatable": {**stale, **resources}}}
+        self.api.patch(f"/api/v1/nodes/{name}/status", patch, STRATEGIC_PATCH)
+        self._record_layout(name, {str(i): [list(p) for p in parts] for i, parts in layout.items()})
+        if self._still_wanted(name, wanted):
+            self._mig_state(name, "success")
+            with self._lock:
+                self.counters["mig_applied"] += 1
+
+    def _record_layout(self, name: str, layout: dict[str, list[list[Any]]]) -> None:
+        with self._lock:
+            if layout:
+                self._mig_layouts[name] = layout
+            else:
+                self._mig_layouts.pop(name, None)
+            self._write_layouts()
+
+    def _forget_layout(self, name: str) -> None:
+        with self._lock:
+            if self._mig_layouts.pop(name, None) is not None:
+                self._write_layouts()
+
+    def _write_layouts(self) -> None:
+        """Atomically (rename), so the twin never reads half a file; called holding the lock."""
+        if self.mig_layout_file is None:
+            return
+        tmp = self.mig_layout_file.with_name(f".{self.mig_layout_file.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(self._mig_layouts, sort_keys=True))
+        tmp.replace(self.mig_layout_file)
 
     def _post_ready(self, name: str) -> None:
         stamp = now_rfc3339()

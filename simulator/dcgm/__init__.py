@@ -35,10 +35,13 @@ def start(
     clock_scale: float = 1.0,
     max_nodes: int | None = None,
     timeout_s: float = 30.0,
+    mig_layout_file: Path | None = None,
 ) -> Any:
     """Start the exporter twin for every host of ``truth`` (or the first ``max_nodes``).
 
     ``faults`` maps a hostname to a fault switch (see ``simulator.dcgm.server``).
+    ``mig_layout_file``: the control plane node agent's ``mig-layouts.json``; GPUs it lists are
+    served as their MIG instances.
     """
 
     workdir = Path(workdir).resolve()
@@ -60,6 +63,7 @@ def start(
             for n in nodes
         ],
         "clock": {"anchor": time.time(), "offset_s": clock_offset_s, "scale": clock_scale},
+        "mig_layout_file": str(mig_layout_file) if mig_layout_file else None,
     }
     config_path = workdir / "dcgm-twin.json"
     ready_path = workdir / "ready.json"

@@ -6,13 +6,20 @@ fields on every instance line), integers printed with ``%d`` and doubles with ``
 exporter does, DCGM blank sentinels where a field is not supported. Even-numbered nodes use the
 old ``Hostname`` label and odd ones the new ``hostname`` (dcgm-exporter #655), so every scrape
 exercises both spellings. The fields are exactly those of ``counters.csv``.
+
+MIG layouts applied on the control plane (issue 21): the node agent, playing mig-manager, writes
+the instances it applied to a JSON file (:func:`load_mig_layouts` reads it); a GPU listed there is
+served as those instances (``GPU_I_PROFILE``, ``GPU_I_ID`` labels, device-level fields repeated on
+every instance line, as dcgm-exporter does; see the fixtures' ``sample-exposition-mig-a800``), idle
+until a workload model for MIG pods exists. The file wins over the spec's built-in MIG role.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -51,6 +58,7 @@ class NodeInfo:
     gpu_uuids: tuple[str, ...]
     model: wl.ModelInfo
     blank_memory_temp: bool = False  # serve DCGM_INT64_NOT_SUPPORTED for the memory temperature
+    mig_layout: Mapping[int, tuple[tuple[str, int], ...]] | None = None  # GPU -> (profile, GI id), applied
 
     @property
     def hostname_label(self) -> str:
@@ -130,6 +138,9 @@ def render_node(node: NodeInfo, t: float, counters: tuple[Counter, ...] | None =
     """The exposition body for ``node`` at epoch second ``t``."""
     counters = counters or load_counters()
     states = [wl.gpu_state(node.index, g, t, node.model) for g in range(len(node.gpu_uuids))]
+    for g, parts in (node.mig_layout or {}).items():
+        if 0 <= g < len(states):
+            states[g] = replace(states[g], instances=tuple((p, gi, wl.Activity()) for p, gi in parts))
     blocks = [
         [(label_block(node, g, profile, gi, act), act) for profile, gi, act in state.instances]
         for g, state in enumerate(states)
@@ -190,3 +201,38 @@ def nodes_of(truth: object, *, blank_memory_temp_every: int = 8) -> list[NodeInf
             )
         )
     return nodes
+
+
+MAX_LAYOUT_FILE = 16 << 20
+
+
+def load_mig_layouts(path: Path) -> dict[str, dict[int, tuple[tuple[str, int], ...]]]:
+    """node -> GPU index -> (profile, GPU instance id), from the node agent's file. A missing file
+    is no layouts; a file that is not what the agent writes raises ValueError saying why."""
+    try:
+        if path.stat().st_size > MAX_LAYOUT_FILE:
+            raise ValueError(f"{path}: over {MAX_LAYOUT_FILE} bytes; not a layout file")
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected an object of nodes")
+    out: dict[str, dict[int, tuple[tuple[str, int], ...]]] = {}
+    for node, gpus in doc.items():
+        if not isinstance(gpus, dict):
+            raise ValueError(f"{path}: node {node!r}: expected an object of GPUs")
+        per: dict[int, tuple[tuple[str, int], ...]] = {}
+        for index, parts in gpus.items():
+            if not str(index).isdigit() or not isinstance(parts, list):
+                raise ValueError(f"{path}: node {node!r} GPU {index!r}: expected a list of instances")
+            items = []
+            for part in parts:
+                if (not isinstance(part, list) or len(part) != 2 or not isinstance(part[0], str)
+                        or not isinstance(part[1], int) or isinstance(part[1], bool)):  # fmt: skip
+                    raise ValueError(f"{path}: node {node!r} GPU {index}: {part!r} is not [profile, id]")
+                items.append((part[0], part[1]))
+            per[int(index)] = tuple(items)
+        out[str(node)] = per
+    return out

@@ -11,11 +11,16 @@ to simulated time (``anchor + offset + (now - anchor) * scale``).
 
 Fault switches per node (``fault`` in the config): ``http_500``, ``timeout`` (answers after 120
 s), ``malformed`` (valid exposition plus broken lines), ``empty`` (200 with no body).
+
+``mig_layout_file`` in the config (optional): the control plane's node agent writes the MIG
+instances it applied there (``<control plane workdir>/mig-layouts.json``); a node's GPUs listed in
+it are served as those instances from the next scrape on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import resource
@@ -26,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.dcgm import workloads as wl
-from simulator.dcgm.exposition import NodeInfo, render_node, render_workloads
+from simulator.dcgm.exposition import NodeInfo, load_mig_layouts, render_node, render_workloads
 
 MALFORMED_TAIL = (
     'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-broken" 1410\n'
@@ -58,9 +63,35 @@ def _nodes(config: dict[str, Any]) -> list[tuple[NodeInfo, str | None]]:
     return out
 
 
+class MigLayouts:
+    """The node agent's MIG layout file (``config["mig_layout_file"]``), re-read when it changes."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+        self._stamp: tuple[int, int] | None = None
+        self._layouts: dict[str, dict[int, tuple[tuple[str, int], ...]]] = {}
+
+    def of(self, hostname: str) -> dict[int, tuple[tuple[str, int], ...]] | None:
+        if self.path is None:
+            return None
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self._stamp:
+            try:
+                self._layouts = load_mig_layouts(self.path)
+            except ValueError as exc:  # keep serving the last good layouts; say why once per change
+                print(f"dcgm twin: {exc}", file=sys.stderr)
+            self._stamp = stamp
+        return self._layouts.get(hostname)
+
+
 def build_app(config: dict[str, Any], port_of_node: dict[int, tuple[NodeInfo, str | None]], workload_port: int) -> Any:
     clock = Clock(**config.get("clock", {"anchor": time.time()}))
     hostnames = [n["hostname"] for n in config["nodes"]]
+    layouts = MigLayouts(config.get("mig_layout_file"))
 
     async def send_text(send: Any, status: int, body: bytes) -> None:
         await send({
@@ -94,7 +125,8 @@ def build_app(config: dict[str, Any], port_of_node: dict[int, tuple[NodeInfo, st
         if fault == "empty":
             await send_text(send, 200, b"")
             return
-        body = render_node(node, clock.now())
+        applied = layouts.of(node.hostname)
+        body = render_node(dataclasses.replace(node, mig_layout=applied) if applied else node, clock.now())
         if fault == "malformed":
             body += MALFORMED_TAIL
         await send_text(send, 200, body.encode())
