@@ -2,7 +2,10 @@
 
 The integrator mounts :data:`app` as ``finops`` on the main CLI. ``report`` runs the files of
 ``sql/queries/`` (the same ones analysts use, as tested) and prints the top lines of each;
-``export --focus`` writes the cost fact as a FOCUS file (docs/focus.md).
+``export --focus`` writes the cost fact as a FOCUS file (docs/focus.md). ``prices`` loads the site
+file's rate_cards into the price book (finops.price_book) and prints it; ``restate --from T [--to T]
+--reason TEXT`` reprices the cost fact's past lines with the current prices, audited in
+ops.finops_restatements (services/price_book.py).
 """
 
 from __future__ import annotations
@@ -131,3 +134,87 @@ def export(
         raise typer.Exit(1) from None
     out.print(f"wrote {result.rows:,} lines of FOCUS {result.focus_version} ({result.basis} basis, "
               f"{len(result.columns)} columns) to {result.path} as {result.file_format}")
+
+
+# --- price book and restatements (issue 25, part 2) ----------------------------------------------
+
+ConfigOption = Annotated[Path | None, typer.Option("--config", help="site file (default $GPUFABRIC_CONFIG or "
+                                                                     "./gpufabric.yaml)")]
+
+
+def _site_cards(config: Path | None) -> tuple[Any, str]:
+    from settings import SettingsError, default_settings_path, load_settings
+
+    path = config or default_settings_path()
+    try:
+        return load_settings(path).rate_cards, str(Path(path).resolve())
+    except SettingsError as exc:
+        err.print(f"[red]{exc}[/]", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    from datetime import UTC
+
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+@app.command("prices")
+def prices(config: ConfigOption = None) -> None:
+    """Load the site file's rate_cards into the price book (finops.price_book) and print it."""
+    from connectors.warehouse import WarehouseError, open_warehouse
+    from core.finops.price_book import PriceBookError
+    from services.price_book import load_price_book, stored_price_book
+
+    cards, source = _site_cards(config)
+    try:
+        wh = open_warehouse()
+        with wh.connect() as conn:
+            load = load_price_book(conn, cards, source)
+            book, _ = stored_price_book(conn)
+    except PriceBookError as exc:
+        err.print(f"[red]{exc}[/]", highlight=False)
+        raise typer.Exit(2) from None
+    except WarehouseError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+    table = Table(title=f"Price book from {source}", title_justify="left")
+    for c in ("gpu model", "tier", "from", "to", "currency", "price / GPU-h", "list / GPU-h"):
+        table.add_column(c)
+    for r in book:
+        table.add_row(r.gpu_model, r.tier, str(r.effective_from), str(r.effective_to or "-"), r.currency,
+                      str(r.unit_price), str(r.list_unit_price))
+    out.print(table)
+    out.print(f"changed: prices differ from {load.changes_from} on (lines already priced keep their price; "
+              "`gpufabric finops restate` reprices the past)" if load.changed else "unchanged", highlight=False)
+
+
+@app.command("restate")
+def restate_cmd(
+    start: Annotated[datetime, typer.Option("--from", help="first hour to reprice (UTC unless a zone is given)")],
+    reason: Annotated[str, typer.Option(help="why: kept in the audit (ops.finops_restatements)")],
+    end: Annotated[datetime | None, typer.Option("--to", help="end, exclusive (default: after the newest line)")]
+    = None,
+    config: ConfigOption = None,
+) -> None:
+    """Reprice the cost fact's lines in [--from, --to) with the site file's current prices, audited."""
+    from connectors.warehouse import WarehouseError, open_warehouse
+    from core.finops.price_book import PriceBookError
+    from services.price_book import RestateError, restate
+
+    cards, source = _site_cards(config)
+    begin = _utc(start)
+    assert begin is not None
+    try:
+        wh = open_warehouse()
+        result = restate(wh, cards, source, start=begin, end=_utc(end), reason=reason)
+    except (PriceBookError, RestateError) as exc:
+        err.print(f"[red]{exc}[/]", highlight=False)
+        raise typer.Exit(2) from None
+    except WarehouseError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+    out.print(f"restatement {result.restatement_id}: {result.range_from.isoformat()} to {result.range_to.isoformat()}, "
+              f"{result.lines_changed:,} of {result.lines_after:,} lines changed; EffectiveCost "
+              f"{result.old_effective_cost:,.2f} -> {result.new_effective_cost:,.2f}, ListCost "
+              f"{result.old_list_cost:,.2f} -> {result.new_list_cost:,.2f}", highlight=False)

@@ -774,9 +774,17 @@ class RateCard(_Model):
     """
 
     gpu_model: NonEmptyStr
-    tier: LabelValue
+    tier: Annotated[str, AfterValidator(lambda v: v if v == "*" else _check_label_value(v))]
+    """A tier (label value), or ``*``: every tier without a card of its own, and idle capacity."""
     usd_per_gpu_hour: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)]
     effective_from: date | None = None
+    # --- price book (issue 25): the site file is the only price list (core/finops/price_book.py
+    # checks overlaps, currency codes and list >= price across cards). Amounts are in `currency`.
+    list_usd_per_gpu_hour: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)] | None = None
+    """Undiscounted price (FOCUS ListUnitPrice); unset: the model's ``*`` card, else the price."""
+    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "USD"
+    effective_to: date | None = None
+    """Exclusive end (UTC date); unset: until the next card of the same model and tier."""
 
 
 class PublishSettings(_Model):

@@ -141,6 +141,21 @@ SIM_BUDGET: dict[str, Any] = {
 }
 
 
+# The simulated site's price book (issue 25: the site file's rate cards are the only price list;
+# the cost fact prices idle capacity and every tier from them). Per GPU model a "*" card (every
+# other tier, and idle) and the agent tiers' commitment prices below it; the same prices the
+# FinOps tests load (tests/fixtures/finops/rate_cards.yaml).
+SIM_RATE_CARDS: list[dict[str, Any]] = [
+    {"gpu_model": model, "tier": tier, "usd_per_gpu_hour": price, "effective_from": "2025-01-01"}
+    for model, prices in (
+        ("NVIDIA-H100-80GB-HBM3", {"*": 4.00, "interactive": 3.50, "standard": 3.00, "batch": 2.50}),
+        ("NVIDIA-B200", {"*": 6.50, "interactive": 5.80, "standard": 5.00, "batch": 4.20}),
+        ("NVIDIA-GB200", {"*": 7.50, "interactive": 6.80, "standard": 6.00, "batch": 5.00}),
+    )
+    for tier, price in prices.items()
+]
+
+
 def sim_tenants(truth: GroundTruth) -> list[dict[str, Any]]:
     """Two teams sharing the simulated GPUs, so a publish renders Kueue's whole object set (root
     and team cohorts, priority classes, a ClusterQueue and LocalQueue per team): ``research``
@@ -170,6 +185,7 @@ def site_config(
     doc: dict[str, Any] = {"version": 1, "sources": {kind: list(v.values()) for kind, v in sources.items()}}
     if tenants:
         doc["tenants"] = tenants
+    doc["rate_cards"] = SIM_RATE_CARDS
     doc["budget"] = SIM_BUDGET
     body = yaml.safe_dump(doc, sort_keys=False)
     return (

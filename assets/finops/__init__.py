@@ -6,6 +6,7 @@ from dagster_dbt import build_dbt_asset_selection
 
 from assets.dbt.assets import gpufabric_dbt_models
 from assets.finops.anomalies import finops_anomalies, finops_anomaly_alerts
+from assets.finops.price_book import price_book
 from assets.finops.resources import AlertWebhookResource, FinOpsResource
 from assets.finops.snapshots import k8s_pod_snapshots, land_pod_snapshots
 
@@ -16,7 +17,7 @@ cost_job = dg.define_asset_job(
         [gpufabric_dbt_models],
         dbt_select="+gpu_cost_hourly cost_anomalies int_finops_reconciliation int_finops_activity_unmatched",
     )
-    | dg.AssetSelection.assets(finops_anomalies),
+    | dg.AssetSelection.assets(finops_anomalies, price_book),
     description="Rebuild the cost fact and judge the latest hours for anomalies.",
 )
 pod_snapshots_every_minute = dg.ScheduleDefinition(
@@ -35,11 +36,12 @@ cost_every_10_minutes = dg.ScheduleDefinition(
 )
 
 defs = dg.Definitions(
-    assets=[k8s_pod_snapshots, finops_anomalies],
+    assets=[k8s_pod_snapshots, finops_anomalies, price_book],
     jobs=[pod_snapshots_job, cost_job],
     schedules=[pod_snapshots_every_minute, cost_every_10_minutes],
     sensors=[finops_anomaly_alerts],
     resources={"finops": FinOpsResource(), "alert_webhook": AlertWebhookResource()},
 )
 
-__all__ = ["defs", "finops_anomalies", "finops_anomaly_alerts", "k8s_pod_snapshots", "land_pod_snapshots"]
+__all__ = ["defs", "finops_anomalies", "finops_anomaly_alerts", "k8s_pod_snapshots", "land_pod_snapshots",
+           "price_book"]

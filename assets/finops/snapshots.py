@@ -10,7 +10,7 @@ through. No ``from __future__ import annotations``: Dagster reads annotations at
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import dagster as dg
@@ -85,14 +85,11 @@ def _node_changes(conn: psycopg.Connection, cluster: str, records: Sequence[PodS
 
 
 def load_rate_cards(conn: psycopg.Connection) -> list[RateCard]:
-    """The seeded rate cards (``staging.rate_cards``); empty until dbt has seeded them."""
-    if conn.execute("SELECT to_regclass('staging.rate_cards')").fetchone() == (None,):
-        return []
+    """The price book (``finops.price_book``, loaded from the site file's rate_cards)."""
     rows = conn.execute(
-        "SELECT gpu_model, tier, usd_per_gpu_hour, list_usd_per_gpu_hour, effective_from FROM staging.rate_cards"
+        "SELECT gpu_model, tier, unit_price, list_unit_price, effective_from, effective_to FROM finops.price_book"
     ).fetchall()
-    return [RateCard(m, t, Decimal(p), Decimal(lp), d if isinstance(d, date) else date.fromisoformat(str(d)))
-            for m, t, p, lp, d in rows]
+    return [RateCard(m, t, Decimal(p), Decimal(lp), f, to) for m, t, p, lp, f, to in rows]
 
 
 def refresh_tree_usage(conn: psycopg.Connection, roots: Sequence[str], as_of: datetime) -> int:

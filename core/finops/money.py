@@ -62,6 +62,7 @@ class RateCard:
     usd_per_gpu_hour: Decimal
     list_usd_per_gpu_hour: Decimal
     effective_from: date
+    effective_to: date | None = None  # exclusive; None: until the next card (core/finops/price_book.py)
 
 
 def find_rate(cards: list[RateCard], gpu_model: str | None, tier: str, when: date) -> RateCard | None:
@@ -72,6 +73,8 @@ def find_rate(cards: list[RateCard], gpu_model: str | None, tier: str, when: dat
     for exact in (True, False):
         for card in cards:
             if card.gpu_model != gpu_model or card.effective_from > when:
+                continue
+            if card.effective_to is not None and when >= card.effective_to:
                 continue
             if (card.tier == tier) if exact else (card.tier == DEFAULT_TIER):
                 if best is None or card.effective_from > best.effective_from:

@@ -32,6 +32,7 @@ from connectors.warehouse import Warehouse, open_warehouse
 from connectors.warehouse.ledger import admit, read_tree
 from connectors.warehouse.settlement import settle_finished
 from core.budget import BudgetConfig, Envelope, PodRequest, SettlementPolicy, parse_pod
+from tests.integration.test_finops_week import load_test_price_book
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ CONFIG = BudgetConfig(
     defaults={"acme": Envelope(Decimal(100), Decimal(300), 10, 3, 10)}, rates_usd_per_gpu_hour={"*": Decimal(3)}
 )
 # agent -> (GPUs, expected hours): reservations 1, 2, 1, 1, 1, 1 GPU-h at $3 each (the H100
-# standard tier of dbt/seeds/rate_cards.csv is $3.00 per GPU-hour too)
+# standard tier of tests/fixtures/finops/rate_cards.yaml is $3.00 per GPU-hour too)
 AGENTS = {ROOT: (1, 1), "done": (2, 1), "gone": (1, 1), "running": (1, 1), "nocost": (1, 1), "ghost": (1, 1)}
 NODE = {
     "metadata": {
@@ -143,6 +144,7 @@ def land_list(url: str, at: datetime) -> None:
 def dbt_build_cost_fact(url: str, target: Path) -> None:
     wh = open_warehouse(url)
     try:
+        load_test_price_book(wh)  # the price book dbt prices from (issue 25)
         env = dict(os.environ, **wh.libpq_env())
     finally:
         wh.dispose()

@@ -11,7 +11,6 @@ HTTP receiver on loopback that fails its first deliveries.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,8 +40,11 @@ from connectors.prometheus.storage import land_samples
 from connectors.warehouse import Warehouse, open_warehouse
 from core.finops.anomaly import Thresholds
 from core.finops.money import RateCard, round_line
+from core.finops.price_book import build_price_book
 from core.telemetry import parse_matrix
 from pipelines.resources import WarehouseResource
+from services.price_book import load_price_book
+from settings import load_settings
 from simulator.agents import SimWeek, runaway_tree, simulate_week
 
 pytestmark = pytest.mark.integration
@@ -52,13 +54,23 @@ DBT_DIR = ROOT / "dbt"
 SELECT = "+gpu_cost_hourly cost_anomalies int_finops_reconciliation int_finops_activity_unmatched"
 
 
+# The price book these tests price with: a site file's rate_cards, loaded into finops.price_book
+# before every build as the finops/price_book asset does (issue 25: no price seed any more).
+PRICE_FILE = ROOT / "tests" / "fixtures" / "finops" / "rate_cards.yaml"
+
+
 def rate_cards() -> list[RateCard]:
-    with (DBT_DIR / "seeds" / "rate_cards.csv").open() as handle:
-        return [RateCard(r["gpu_model"], r["tier"], Decimal(r["usd_per_gpu_hour"]), Decimal(r["list_usd_per_gpu_hour"]),
-                         date.fromisoformat(r["effective_from"])) for r in csv.DictReader(handle)]
+    return [RateCard(r.gpu_model, r.tier, r.unit_price, r.list_unit_price, r.effective_from, r.effective_to)
+            for r in build_price_book(load_settings(PRICE_FILE).rate_cards)]
+
+
+def load_test_price_book(wh: Warehouse) -> None:
+    with wh.connect() as conn:
+        load_price_book(conn, load_settings(PRICE_FILE).rate_cards, str(PRICE_FILE))
 
 
 def dbt_build(wh: Warehouse, target: Path) -> str:
+    load_test_price_book(wh)
     result = subprocess.run(
         [str(Path(sys.executable).with_name("dbt")), "build", "--select", SELECT, "--project-dir", str(DBT_DIR),
          "--profiles-dir", str(DBT_DIR), "--target-path", str(target / "target"), "--log-path", str(target / "logs")],
@@ -281,6 +293,7 @@ def test_finops_reader_reads_finops_and_nothing_else(week_db: dict[str, Any]) ->
         conn.execute("SET ROLE finops_reader")
         assert conn.execute('SELECT count(*) FROM finops.gpu_cost_hourly').fetchone()[0] > 0  # type: ignore[index]
         assert conn.execute("SELECT count(*) FROM finops.cost_anomalies").fetchone()[0] == 1  # type: ignore[index]
-        for table in ("raw.k8s_pod_snapshots", "agents.tree_usage", "ops.finops_anomalies", "staging.rate_cards"):
+        for table in ("raw.k8s_pod_snapshots", "agents.tree_usage", "ops.finops_anomalies",
+                      "ops.finops_restatements"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
                 conn.execute(f"SELECT 1 FROM {table} LIMIT 1")

@@ -16,14 +16,64 @@
 -- ContractedCost); with both sides rounded to 9 decimals the product misses the once-rounded cost
 -- by up to (1 + price) x 0.5e-9, over the 1e-9 the Foundation's validator allows. ConsumedQuantity
 -- and the money stay as they were. ContractedUnitPrice is the tier's rate (idle: list).
-{{ config(materialized='table') }}
+--
+-- Incremental (issue 25). Prices come from the price book (source finops.price_book, loaded from
+-- the site file). A build recomputes only the hours from finops_lookback_hours (default 3) before
+-- the newest line on: the open hour and late snapshots, so one new hour does not rebuild the
+-- year. A new line is priced by the book in force for its hour; a line already in the table keeps
+-- its price even when the lookback recomputes its quantity, so a rate change never rewrites what
+-- was priced. `gpufabric finops restate` sets restate_from/restate_to to reprice [from, to) with
+-- the current book (audited in ops.finops_restatements); it is also how snapshots that arrive
+-- later than the lookback are folded in. --full-refresh reprices everything without an audit row.
+{{ config(
+    materialized='incremental',
+    incremental_strategy='delete+insert',
+    unique_key=['"x_CostBasis"', '"ChargePeriodStart"', '"ResourceId"', '"x_Node"'],
+    on_schema_change='fail',
+    pre_hook="{% if is_incremental() and var('restate_from', none) is not none %}
+        delete from {{ this }} where \"ChargePeriodStart\" >= '{{ var('restate_from') }}'::timestamptz
+        and \"ChargePeriodStart\" < '{{ var('restate_to') }}'::timestamptz
+        {% else %}select 1{% endif %}",
+    indexes=[
+      {'columns': ['"x_CostBasis"', '"ChargePeriodStart"', '"ResourceId"', '"x_Node"'], 'unique': True},
+      {'columns': ['"ResourceId"', '"ChargePeriodStart"']},
+      {'columns': ['"SubAccountId"', '"ChargePeriodStart"']},
+      {'columns': ['"ChargePeriodStart"'], 'type': 'brin'},
+    ],
+) }}
+
+{#- The hours this build (re)computes: everything on a first build; a restatement's range;
+    else from the lookback before the newest line on. Literal bounds, so the restatement's
+    pre-hook and the select agree. -#}
+{%- set restate_from = var('restate_from', none) -%}
+{%- set restate_to = var('restate_to', none) -%}
+{%- if is_incremental() and restate_from is not none -%}
+  {%- set window = "hour >= '" ~ restate_from ~ "'::timestamptz and hour < '" ~ restate_to ~ "'::timestamptz" -%}
+{%- elif is_incremental() -%}
+  {%- set window = "hour >= coalesce((select max(\"ChargePeriodStart\") from " ~ this ~ ") - interval '"
+      ~ (var('finops_lookback_hours', 3) | int) ~ " hours', '-infinity'::timestamptz)" -%}
+{%- else -%}
+  {%- set window = "true" -%}
+{%- endif %}
+{#- A line already priced keeps its price when the lookback recomputes it (its quantity may grow
+    with late snapshots); only a restatement reprices. -#}
+{%- set keep_prices = is_incremental() and restate_from is none -%}
+{%- if keep_prices -%}
+  {%- set priced_before = "left join " ~ this ~ " as ex on ex.\"x_CostBasis\" = 'allocation' and ex.\"ListUnitPrice\" is not null and " -%}
+{%- else -%}
+  {%- set priced_before = "left join (select null::numeric as \"ContractedUnitPrice\", null::numeric as \"ListUnitPrice\", null::text as \"BillingCurrency\", null::timestamptz as \"ChargePeriodStart\", null::text as \"ResourceId\", null::text as \"x_Node\") as ex on false and " -%}
+{%- endif %}
 
 with pod_hours as (
-    select * from {{ ref('int_finops_pod_hours') }}
+    select * from {{ ref('int_finops_pod_hours') }} where {{ window }}
 ),
 
 node_hours as (
-    select * from {{ ref('int_finops_node_hours') }}
+    select * from {{ ref('int_finops_node_hours') }} where {{ window }}
+),
+
+book as (
+    select * from {{ source('finops', 'price_book') }}
 ),
 
 activity as (
@@ -34,21 +84,24 @@ priced as (
     select
         ph.*,
         nh.gpu_model,
-        rc.usd_per_gpu_hour,
-        rc.list_usd_per_gpu_hour,
+        coalesce(ex."ContractedUnitPrice", rc.usd_per_gpu_hour) as usd_per_gpu_hour,
+        coalesce(ex."ListUnitPrice", rc.list_usd_per_gpu_hour) as list_usd_per_gpu_hour,
+        coalesce(ex."BillingCurrency", rc.currency) as currency,
         coalesce(a.measured, false) as measured,
         a.activity
     from pod_hours as ph
     left join node_hours as nh on nh.cluster = ph.cluster and nh.node = ph.node and nh.hour = ph.hour
     left join lateral (
-        select r.usd_per_gpu_hour, r.list_usd_per_gpu_hour
-        from {{ ref('rate_cards') }} as r
+        select r.unit_price as usd_per_gpu_hour, r.list_unit_price as list_usd_per_gpu_hour, r.currency
+        from book as r
         where r.gpu_model = nh.gpu_model
           and r.tier in (ph.tier, '*')
           and r.effective_from <= (ph.hour at time zone 'UTC')::date
+          and (r.effective_to is null or (ph.hour at time zone 'UTC')::date < r.effective_to)
         order by (r.tier = ph.tier) desc, r.effective_from desc
         limit 1
     ) as rc on true
+    {{ priced_before }} ex."ChargePeriodStart" = ph.hour and ex."ResourceId" = ph.uid::text and ex."x_Node" = ph.node
     left join activity as a on a.namespace = ph.namespace and a.pod = ph.pod and a.hour = ph.hour
 ),
 
@@ -101,21 +154,25 @@ idle as (
 idle_priced as (
     select
         i.*,
-        rc.list_usd_per_gpu_hour
+        coalesce(ex."ListUnitPrice", rc.list_usd_per_gpu_hour) as list_usd_per_gpu_hour,
+        coalesce(ex."BillingCurrency", rc.currency) as currency
     from idle as i
     left join lateral (
-        select r.list_usd_per_gpu_hour
-        from {{ ref('rate_cards') }} as r
+        select r.list_unit_price as list_usd_per_gpu_hour, r.currency
+        from book as r
         where r.gpu_model = i.gpu_model and r.tier = '*' and r.effective_from <= (i.hour at time zone 'UTC')::date
+          and (r.effective_to is null or (i.hour at time zone 'UTC')::date < r.effective_to)
         order by r.effective_from desc
         limit 1
     ) as rc on true
+    {{ priced_before }} ex."ChargePeriodStart" = i.hour and ex."ResourceId" = i.cluster || '/' || i.node
+        and ex."x_Node" = i.node
 )
 
 select
     w.hour as "ChargePeriodStart",
     w.hour + interval '1 hour' as "ChargePeriodEnd",
-    'USD'::text as "BillingCurrency",
+    coalesce(w.currency, (select min(currency) from book), 'USD')::text as "BillingCurrency",
     'Usage'::text as "ChargeCategory",
     ('GPU time of pod ' || w.namespace || '/' || w.pod || ' on ' || w.node)::text as "ChargeDescription",
     'gpufabric'::text as "ProviderName",
@@ -167,7 +224,7 @@ union all
 select
     i.hour,
     i.hour + interval '1 hour',
-    'USD',
+    coalesce(i.currency, (select min(currency) from book), 'USD'),
     'Usage',
     'Idle GPU capacity of ' || i.node,
     'gpufabric',

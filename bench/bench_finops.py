@@ -1,0 +1,166 @@
+"""The FinOps query pack on a year of a 1,024-GPU cluster running 10,000 pods a day.
+
+Set-up (timed, reported, not compared): a fresh database on the bench server, the price book
+loaded from a site file, the year generated (``simulator/agents/year.py``) and COPYed into
+``raw.k8s_pod_snapshots`` / ``raw.k8s_node_snapshots``, and one full ``dbt run`` of the cost fact.
+
+Rows:
+
+* **query pack** -- each ``sql/queries/*.sql`` as ``finops_reader`` with ``gpufabric.as_of`` at the
+  end of the data (so "this month" and "this week" are the last ones), p95 over the rounds,
+  against the same SQL on the **peer**: an untuned copy of the cost fact (``CREATE TABLE AS``, no
+  index, same rows), the two measured back to back in interleaved rounds (bench/common.py);
+* **one more hour** -- the next hour's snapshots landed, then the incremental ``dbt run`` of the
+  cost fact (the lookback and the new hour only), against nothing: the peer would be a full
+  rebuild, timed once as the set-up's build;
+* **disk** -- the cost fact with its indexes, per month of data.
+
+The issue's goals: p95 under 2 s per question, the hour folded in under 60 s; the exit status is
+1 if one is missed. ``--quick`` uses a month (30 days), ``--days N`` any length.
+
+``python -m bench --only finops [--quick] [-- --rounds 7 --days 365]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.common import Spread, interleaved
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERIES = ROOT / "sql" / "queries"
+FACT = "finops.gpu_cost_hourly"
+PEER = "finops.gpu_cost_hourly_untuned"
+P95_GOAL_S = 2.0
+HOUR_GOAL_S = 60.0
+SITE = """version: 1
+rate_cards:
+  - {gpu_model: NVIDIA-H100-80GB-HBM3, tier: "*", usd_per_gpu_hour: 4.00}
+  - {gpu_model: NVIDIA-H100-80GB-HBM3, tier: interactive, usd_per_gpu_hour: 3.50}
+  - {gpu_model: NVIDIA-H100-80GB-HBM3, tier: batch, usd_per_gpu_hour: 2.50}
+  - {gpu_model: NVIDIA-H100-80GB-HBM3, tier: standard, usd_per_gpu_hour: 3.00}
+  - {gpu_model: NVIDIA-H100-80GB-HBM3, tier: spot, usd_per_gpu_hour: 1.20}
+  - {gpu_model: NVIDIA-B200, tier: "*", usd_per_gpu_hour: 6.50}
+  - {gpu_model: NVIDIA-B200, tier: interactive, usd_per_gpu_hour: 5.80}
+  - {gpu_model: NVIDIA-B200, tier: batch, usd_per_gpu_hour: 4.20}
+  - {gpu_model: NVIDIA-B200, tier: standard, usd_per_gpu_hour: 5.00}
+"""
+
+
+def p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench_finops", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a month (30 days) and 3 rounds")
+    parser.add_argument("--days", type=int, default=None, help="days of data (default 365; --quick 30)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per query (default 7; --quick 3)")
+    parser.add_argument("--keep", action="store_true", help="keep the database (its name is printed)")
+    args = parser.parse_args(list(argv))
+    days = args.days or (30 if args.quick else 365)
+    rounds = args.rounds or (3 if args.quick else 7)
+
+    import psycopg
+    from psycopg import sql
+
+    from connectors.warehouse import copy_rows, open_warehouse
+    from core.finops.records import NODE_COLUMNS, POD_COLUMNS
+    from services.price_book import load_price_book, run_dbt
+    from settings import parse_settings
+    from simulator.agents.year import YearCounts, YearSpec, node_rows, pod_rows
+
+    server = open_warehouse()
+    name = f"bench_finops_{days}d_{uuid.uuid4().hex[:6]}"
+    admin = server.base_url.set(database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        wh = open_warehouse(server.base_url.set(database=name).render_as_string(hide_password=False))
+        # one more day generated than landed, so "the next hour" exists
+        spec = YearSpec(days=days + 1)
+        end = spec.start + timedelta(days=days)
+        with wh.connect() as conn:
+            load_price_book(conn, parse_settings(SITE, "bench-site.yaml").rate_cards, "bench-site.yaml")
+
+        counts = YearCounts()
+        t0 = time.perf_counter()
+        with wh.connect() as conn, conn.transaction():
+            n_nodes = copy_rows(conn, "raw.k8s_node_snapshots", NODE_COLUMNS, node_rows(spec, until=end))
+            n_pods = copy_rows(conn, "raw.k8s_pod_snapshots", POD_COLUMNS, pod_rows(spec, counts, until=end))
+        landed_s = time.perf_counter() - t0
+        print(f"set-up: {days} days of {spec.gpus:,} GPUs, {counts.pods:,} pods finished ({counts.not_started:,} "
+              f"never started): {n_pods:,} pod rows + {n_nodes:,} node rows generated and COPYed in {landed_s:.0f} s "
+              f"({(n_pods + n_nodes) / landed_s:,.0f} rows/s)", flush=True)
+        with wh.connect() as conn:
+            conn.execute("ANALYZE raw.k8s_pod_snapshots")
+            conn.execute("ANALYZE raw.k8s_node_snapshots")
+            conn.commit()
+        t0 = time.perf_counter()
+        run_dbt(wh, ["build", "--select", "+gpu_cost_hourly", "cost_anomalies", "--exclude", "gpu_cost_hourly"])
+        run_dbt(wh, ["run", "--select", "gpu_cost_hourly"])
+        built_s = time.perf_counter() - t0
+        with wh.connect() as conn:
+            lines = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(FACT))).fetchone()
+            conn.execute(sql.SQL("CREATE TABLE {} AS SELECT * FROM {}").format(sql.SQL(PEER), sql.SQL(FACT)))
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(FACT)))
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(PEER)))
+            conn.commit()
+            size = conn.execute("SELECT pg_total_relation_size(%s), pg_total_relation_size(%s)",
+                                (FACT, PEER)).fetchone()
+        assert lines is not None and size is not None
+        months = days / (365 / 12)
+        print(f"full build of the cost fact: {lines[0]:,} lines in {built_s:.0f} s", flush=True)
+
+        as_of = (end - timedelta(hours=1)).astimezone(UTC).isoformat()
+        failed = 0
+        with wh.connect(autocommit=True) as conn:
+            conn.execute("SET ROLE finops_reader")
+            conn.execute("SELECT set_config('gpufabric.as_of', %s, false)", (as_of,))
+
+            def query(text: str) -> Any:
+                return lambda: conn.execute(text).fetchall()
+
+            print(f"\n{'question':<40} {'p95 ours':>9} {'p95 peer':>9} {'peer/ours':>10}  ours (min/median/max)")
+            for path in sorted(QUERIES.glob("*.sql")):
+                ours = path.read_text()
+                peer = ours.replace(FACT, PEER)
+                times = interleaved({"ours": query(ours), "peer": query(peer)}, rounds)
+                a, b = p95(times["ours"]), p95(times["peer"])
+                flag = "" if a < P95_GOAL_S else f"  MISSED (goal < {P95_GOAL_S} s)"
+                failed += a >= P95_GOAL_S
+                uses_fact = "" if FACT in ours else "  (does not read the fact: same SQL)"
+                print(f"{path.stem:<40} {a:>8.3f}s {b:>8.3f}s {b / a:>9.1f}x  "
+                      f"{Spread.of(times['ours']).fmt('.3f', ' s')}{flag}{uses_fact}", flush=True)
+
+        with wh.connect() as conn, conn.transaction():
+            more = copy_rows(conn, "raw.k8s_node_snapshots", NODE_COLUMNS,
+                             node_rows(spec, since=end, until=end + timedelta(hours=1)))
+            more += copy_rows(conn, "raw.k8s_pod_snapshots", POD_COLUMNS,
+                              pod_rows(spec, since=end, until=end + timedelta(hours=1)))
+        t0 = time.perf_counter()
+        run_dbt(wh, ["run", "--select", "gpu_cost_hourly"])
+        hour_s = time.perf_counter() - t0
+        flag = "" if hour_s < HOUR_GOAL_S else f"  MISSED (goal < {HOUR_GOAL_S:.0f} s)"
+        failed += hour_s >= HOUR_GOAL_S
+        print(f"\none more hour ({more:,} rows landed) folded in incrementally: {hour_s:.1f} s "
+              f"(a full rebuild: {built_s:.0f} s, {built_s / hour_s:.1f}x){flag}")
+        print(f"disk: cost fact with indexes {size[0] / 2**20:,.0f} MiB = {size[0] / 2**20 / months:,.0f} MiB per month"
+              f" (the untuned copy: {size[1] / 2**20 / months:,.0f} MiB per month)")
+        wh.dispose()
+    finally:
+        if args.keep:
+            print(f"kept database {name}")
+        else:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        server.dispose()
+    return 1 if failed else 0
