@@ -1,8 +1,9 @@
 """``python -m controllers reaper`` (the orphan reaper loop, dry-run unless ``--no-dry-run``),
 ``python -m controllers budget-reconciler`` (the budget enforcement loop, dry-run unless
 ``--no-dry-run``, its config from the site file's ``budget:`` section),
-``python -m controllers budget-webhook`` (the budget admission webhook) and
-``python -m controllers topology-webhook`` (the Kueue topology admission webhook)."""
+``python -m controllers budget-webhook`` (the budget admission webhook),
+``python -m controllers topology-webhook`` (the Kueue topology admission webhook) and
+``python -m controllers burst-admission`` (releases gated burst pods that fit, Lease-elected)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ def main(argv: list[str] | None = None) -> int:
         from controllers.budget_webhook import main as budget_webhook_main
 
         return budget_webhook_main(argv[1:])
+    # --- burst admission (issue 20 part 4): its own flags and signal handling -------------------
+    if argv[:1] == ["burst-admission"]:
+        from controllers.burst_admission import main as burst_admission_main
+
+        return burst_admission_main(argv[1:])
+    # --- end burst admission ---------------------------------------------------------------------
     parser = argparse.ArgumentParser(
         prog="python -m controllers",
         epilog="also: python -m controllers topology-webhook --help, python -m controllers budget-webhook --help",

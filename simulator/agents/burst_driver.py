@@ -44,6 +44,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from core.burst import GATE
 from simulator.agents.burst import ROLE_LABEL, BurstPlan, BurstPod, plan_burst
 from simulator.controlplane.nodes import normalise_node
 
@@ -301,11 +302,14 @@ def replay(
     progress: Progress | None = None,
     progress_every_s: float = 5.0,
     pods: Sequence[BurstPod] | None = None,
+    gate: str | None = None,
 ) -> ReplayReport:
     """Create the burst's pods at their planned instants (``offset_s`` x ``time_scale`` after the
     start), one create per pod from a pool of ``workers`` threads. ``queues`` puts each pod in its
     tenant's Kueue LocalQueue (with the tier's priority class); without it kube-scheduler alone
-    places them. ``pods`` replays a subset (default: the whole plan)."""
+    places them. ``pods`` replays a subset (default: the whole plan). ``gate`` creates each pod with
+    that scheduling gate (:data:`core.burst.GATE`: the burst admission controller releases it;
+    use it with ``queues=False``, the controller replaces the queue)."""
     if time_scale <= 0:
         raise ValueError(f"time_scale must be positive, not {time_scale}")
     core = client.CoreV1Api(api)
@@ -328,7 +332,10 @@ def replay(
                     raise Refused(f"parent {parent.name} was not created")
             sent_mono, sent = time.monotonic(), datetime.now(UTC)
             expires = (sent + timedelta(seconds=TTL_S)).strftime("%Y-%m-%dT%H:%M:%SZ")
-            created, attempts = create_pod(core, pod.manifest(plan.prefix, expires_at=expires, queues=queues), rng)
+            body = pod.manifest(plan.prefix, expires_at=expires, queues=queues)
+            if gate is not None:
+                body["spec"]["schedulingGates"] = [{"name": gate}]
+            created, attempts = create_pod(core, body, rng)
             with lock:
                 landed.add(pod.agent_id)
                 report.created[key] = Created(pod.name, pod.namespace, created["metadata"]["uid"],
@@ -400,11 +407,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS)
     parser.add_argument("--queues", action=argparse.BooleanOptionalAction, default=True,
                         help="apply the queues publish renders and put each pod in its tenant's LocalQueue")
+    parser.add_argument("--gate", action="store_true",
+                        help=f"create the pods with the scheduling gate {GATE} (for the burst admission "
+                        "controller; implies --no-queues)")
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--node-prefix", default="burst")
     parser.add_argument("--tenant-suffix", default="", help="appended to every tenant id (and namespace)")
     parser.add_argument("--delete", action="store_true", help="remove a previous run's pods and nodes, then exit")
     args = parser.parse_args(argv)
+    if args.gate:
+        args.queues = False
     say = lambda message: print(message, flush=True)  # noqa: E731 - progress goes to stdout as it happens
     plan = plan_burst(seed=args.seed, trees=args.trees, pods=args.pods, window_s=args.window, nodes=args.nodes,
                       busy_fraction=args.busy, node_prefix=args.node_prefix,
@@ -425,7 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             say(f"queues: {apply_kueue_objects(api, plan)} Kueue objects applied")
         background = prefill(api, plan, workers=args.workers, progress=say)
         say(f"background: {background.summary()}")
-        report = replay(api, plan, workers=args.workers, queues=args.queues, time_scale=args.time_scale, progress=say)
+        report = replay(api, plan, workers=args.workers, queues=args.queues, time_scale=args.time_scale, progress=say,
+                        gate=GATE if args.gate else None)  # fmt: skip
         for key, reason in sorted(report.failures.items())[:20]:
             say(f"  failed {key}: {reason}")
         return 0 if report.ok and background.ok else 1

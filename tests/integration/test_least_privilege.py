@@ -3,7 +3,8 @@
 Each controller's whole job already runs in its own test as the ServiceAccount ``deploy/`` gives
 it, bound only by ``deploy/``'s RBAC (``simulator.controlplane.identity``): the topology webhook
 and the reaper in ``test_controllers_processes.py``, the budget reconciler in
-``test_budget_reconciler_entry.py``, publishing in ``test_publish_cli.py``, pod snapshots in
+``test_budget_reconciler_entry.py``, publishing in ``test_publish_cli.py``, burst admission in
+``test_burst_admission.py``, pod snapshots in
 ``test_pod_snapshots_kube.py``. Here: the other half, one action outside each role is refused
 with 403 while the role's own reads pass; and every manifest in ``deploy/`` passes a server-side
 dry run with strict field validation (cert-manager's CRDs installed for the Certificates and
@@ -58,6 +59,9 @@ ROLES: list[tuple[str, tuple[str, Call], tuple[str, Call]]] = [
     ("gpufabric-pipeline",
      ("list ClusterQueues", lambda a: client.CustomObjectsApi(a).list_cluster_custom_object(*KUEUE, "clusterqueues")),
      ("read Secrets", lambda a: _core(a).list_namespaced_secret("gpufabric-system"))),
+    ("gpufabric-burst-admission",
+     ("list nodes", lambda a: _core(a).list_node(limit=1)),
+     ("delete a pod", lambda a: _core(a).delete_namespaced_pod("any-pod", "default"))),
 ]  # fmt: skip
 
 

@@ -1,0 +1,251 @@
+"""The burst (issue 20, part 5, quick form): stock placement against the burst admission controller.
+
+The same planned burst (``simulator.agents.burst.plan_burst``, one seed) replayed on the bench's own
+real control plane (``simulator.controlplane.up``: etcd, kube-apiserver, kube-scheduler, Kueue and
+the node agent), emptied before each run, by three contenders:
+
+* ``kueue``: the stock path as gpufabric publishes it, every pod in its tenant's LocalQueue
+  (Kueue's pod integration gates it until its Workload is admitted, then kube-scheduler places it);
+* ``scheduler``: no queue, no gate, every pod straight to kube-scheduler (its defaults);
+* ``gpufabric``: every pod created with the ``gpufabric.io/burst-admission`` gate, no queue, and
+  ``controllers.burst_admission`` (in-process, Lease-elected) releasing what fits.
+
+One observer measures them the same way: the lag watch (``connectors.kube.lag.watch_lag``: the API
+server's own stamps, whole seconds) from creation to Running per pod, over the whole run. A run
+ends when every burst pod has run, or ``--settle`` seconds after the last create (the pods left
+are reported as never running). Rounds rotate the contenders' order (``bench.common``).
+
+Printed per contender: p50/p99/max creation-to-Running lag (and p50/p99 per tier), time from the
+first create until the last pod runs, pods never running; GPUs held as headroom (0: this design keeps no placeholders);
+and ratios against each stock row from the same rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from bench.common import Spread, ratio_line, rotation
+
+P = "gpufabric.io"
+CONTENDERS = ("kueue", "scheduler", "gpufabric")
+TIERS = ("interactive", "standard", "batch")
+
+
+@dataclass
+class Outcome:
+    lags: list[float] = field(default_factory=list)  # creation -> Running, seconds, pods that ran
+    by_tier: dict[str, list[float]] = field(default_factory=dict)
+    last_running_s: float = math.nan  # first create -> last pod Running
+    never: int = 0  # burst pods that never ran
+    planned: int = 0
+    released: int = 0  # gates removed by the controller (gpufabric only)
+
+    def pct(self, q: float, tier: str | None = None) -> float:
+        """The nearest-rank percentile (the value of a pod that ran, never interpolated)."""
+        values = self.lags if tier is None else self.by_tier.get(tier, [])
+        if not values:
+            return math.nan
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def run_once(contender: str, args: argparse.Namespace, plane: Any) -> Outcome:
+    from kubernetes import client
+
+    from connectors.kube.lag import watch_lag
+    from controllers.burst_admission import BurstAdmission, LeaderElector
+    from core.burst import GATE
+    from simulator.agents.burst import ROLE_LABEL, plan_burst
+    from simulator.agents.burst_driver import (
+        apply_kueue_objects,
+        delete_burst,
+        ensure_namespaces,
+        kube_client,
+        prefill,
+        register_nodes,
+        replay,
+    )
+    from simulator.controlplane.reset import reset
+
+    reset(plane)
+    tag = uuid.uuid4().hex[:5]
+    plan = plan_burst(seed=args.seed, trees=args.trees, pods=args.pods, window_s=args.window, nodes=args.nodes,
+                      busy_fraction=args.busy, duration_scale=args.duration_scale, tenant_suffix=f"-{tag}",
+                      node_prefix=f"b{tag}")  # fmt: skip
+    api = kube_client(plane.kubeconfig, pool=32)
+    loop: BurstAdmission | None = None
+    thread: threading.Thread | None = None
+    stop = threading.Event()
+    out: dict[str, Any] = {}
+    try:
+        register_nodes(api, plan)
+        ensure_namespaces(api, plan)
+        if contender == "kueue":
+            apply_kueue_objects(api, plan)
+        background = prefill(api, plan, workers=32)
+        if not background.ok:
+            raise RuntimeError(f"background: {background.summary()}")
+        if contender == "gpufabric":
+            elector = LeaderElector(api, "default", name=f"bench-burst-{tag}", lease_duration_s=5, renew_deadline_s=4)
+            loop = BurstAdmission(api, elector, period_s=0.5, max_release=args.max_release)
+            thread = threading.Thread(target=loop.run, daemon=True)
+            thread.start()
+        since = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+        watcher = threading.Thread(target=lambda: out.setdefault("lag", watch_lag(
+            api, cluster="bench", seconds=3600, since=since, prefix=P, stop=stop)), daemon=True)  # fmt: skip
+        watcher.start()
+        report = replay(api, plan, workers=32, queues=contender == "kueue", time_scale=1.0,
+                        gate=GATE if contender == "gpufabric" else None)  # fmt: skip
+        if report.failures:
+            raise RuntimeError(f"replay: {report.summary()}; e.g. {next(iter(report.failures.items()))}")
+        core = client.CoreV1Api(api)
+        deadline = time.monotonic() + args.settle
+
+        def ran() -> int:
+            count = 0
+            for namespace in plan.namespaces():
+                for pod in core.list_namespaced_pod(namespace, label_selector=f"{ROLE_LABEL}=burst").items:
+                    if pod.status and pod.status.phase in ("Running", "Succeeded", "Failed"):
+                        count += 1
+            return count
+
+        while ran() < len(plan.pods) and time.monotonic() < deadline:
+            time.sleep(1.0)
+        time.sleep(2.0)  # the watch's last events
+        stop.set()
+        watcher.join(60)
+        lag = out.get("lag")
+        if lag is None:
+            raise RuntimeError("the lag watch did not return")
+        burst = [r for r in lag.pods.records if r.labels.get(ROLE_LABEL) == "burst"]
+        first = min(r.created_at for r in burst)
+        ran_at = [r for r in burst if r.running_at is not None]
+        outcome = Outcome(planned=len(plan.pods))
+        outcome.lags = [(r.running_at - r.created_at).total_seconds() for r in ran_at]
+        for r in ran_at:
+            outcome.by_tier.setdefault(r.labels.get(f"{P}/tier", "?"), []).append(
+                (r.running_at - r.created_at).total_seconds())
+        outcome.never = len(plan.pods) - len(ran_at)
+        if ran_at:
+            outcome.last_running_s = (max(r.running_at for r in ran_at) - first).total_seconds()
+        outcome.released = loop.released_total if loop is not None else 0
+        return outcome
+    finally:
+        stop.set()
+        if loop is not None and thread is not None:
+            loop.stop()
+            thread.join(30)
+        try:
+            delete_burst(api, plan)
+        finally:
+            api.close()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench_burst")
+    parser.add_argument("--quick", action="store_true", help="the small burst, 2 rounds")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=None)
+    parser.add_argument("--trees", type=int, default=None)
+    parser.add_argument("--pods", type=int, default=None)
+    parser.add_argument("--window", type=float, default=None, help="seconds the creations are spread over")
+    parser.add_argument("--busy", type=float, default=0.70, help="share of GPUs the background holds")
+    parser.add_argument("--duration-scale", type=float, default=0.5, help="agents' run time x this")
+    parser.add_argument("--settle", type=float, default=None, help="seconds after the last create to wait")
+    parser.add_argument("--max-release", type=int, default=500)
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.nodes = args.nodes or (16 if quick else 128)
+    args.trees = args.trees or (40 if quick else 400)
+    args.pods = args.pods or (200 if quick else 2_000)
+    args.window = args.window or (15.0 if quick else 60.0)
+    args.settle = args.settle or (120.0 if quick else 600.0)
+    rounds = args.rounds or (2 if quick else 3)
+    contenders = [c for c in args.contenders.split(",") if c]
+    unknown = set(contenders) - set(CONTENDERS)
+    if unknown:
+        print(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
+        return 2
+
+    from simulator.agents.burst import plan_burst
+    from simulator.controlplane import down, up
+
+    sample = plan_burst(seed=args.seed, trees=args.trees, pods=args.pods, window_s=args.window, nodes=args.nodes,
+                        busy_fraction=args.busy, duration_scale=args.duration_scale)  # fmt: skip
+    (free_whole, free_mig), (peak_whole, peak_mig) = sample.free(), sample.peak_demand()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-burst-"))
+    plane = up(workdir)
+    print(f"burst: {args.pods} pods in {args.trees} trees over {args.window:.0f} s on {args.nodes} fake 8-GPU nodes "
+          f"(every 4th MIG 1g.10gb), {args.busy:.0%} busy: free {free_whole} GPUs + {free_mig} slices, peak demand "
+          f"{peak_whole} + {peak_mig}; agents run x{args.duration_scale}; kube-apiserver {plane.kubernetes_version}; "
+          f"{rounds} rounds, order rotating")  # fmt: skip
+    results: dict[str, list[Outcome]] = {c: [] for c in contenders}
+    failed = False
+    try:
+        for k in range(rounds):
+            for contender in rotation(contenders, k):
+                o = run_once(contender, args, plane)
+                results[contender].append(o)
+                print(f"  round {k + 1} {contender:9s}: lag p50 {o.pct(0.5):5.0f} s, p99 {o.pct(0.99):5.0f} s, "
+                      f"max {o.pct(1.0):5.0f} s; last pod running after {o.last_running_s:6.1f} s; "
+                      f"never running {o.never}/{o.planned}"
+                      + (f"; {o.released} gates removed" if contender == "gpufabric" else ""), flush=True)  # fmt: skip
+                failed |= contender == "gpufabric" and o.never > 0
+    finally:
+        down(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def med(values: list[float]) -> float:
+        finite = [v for v in values if not math.isnan(v)]
+        return statistics.median(finite) if finite else math.nan
+
+    print(f"  {'':9s}  {'p50 s':>6s} {'p99 s':>6s} {'max s':>6s} {'last running s':>15s} {'never running':>14s} "
+          f"{'headroom GPUs':>14s}")  # fmt: skip
+    for c in contenders:
+        rs = results[c]
+        print(f"  {c:9s}  {med([o.pct(0.5) for o in rs]):6.0f} {med([o.pct(0.99) for o in rs]):6.0f} "
+              f"{med([o.pct(1.0) for o in rs]):6.0f} {med([o.last_running_s for o in rs]):15.1f} "
+              f"{statistics.median([o.never for o in rs]):14.0f} {0:14d}")  # fmt: skip
+    for tier in TIERS:
+        cells = ", ".join(f"{c} {med([o.pct(0.5, tier) for o in results[c]]):.0f}/"
+                          f"{med([o.pct(0.99, tier) for o in results[c]]):.0f}" for c in contenders)  # fmt: skip
+        print(f"  {tier:11s} p50/p99 s: {cells}")
+    print("  (medians over the rounds; lags in whole seconds as the API server stamps them; headroom: this design "
+          "keeps no placeholder pods)")  # fmt: skip
+    if "gpufabric" in results:
+        ours = [o.last_running_s for o in results["gpufabric"]]
+        finite = [v for v in ours if not math.isnan(v)]
+        if finite:
+            print(f"  gpufabric first create -> last pod running: {Spread.of(finite).fmt('.1f', ' s')}")
+        for peer in (c for c in contenders if c != "gpufabric"):
+            theirs = [o.last_running_s for o in results[peer]]
+            if all(not math.isnan(v) for v in ours + theirs):
+                print(f"  {ratio_line(f'gpufabric / {peer}, first create -> last pod running', ours, theirs)}")
+            else:
+                print(f"  ratio gpufabric / {peer}: not defined (a run had no pod running)")
+            if any(o.never for o in results[peer]):  # the peer's figures cover only the pods that ran
+                print(f"  ({peer}: {statistics.median([o.never for o in results[peer]]):.0f} pods never ran; its "
+                      "lag and last-running figures are over the pods that did)")  # fmt: skip
+            p99 = [o.pct(0.99) for o in results["gpufabric"]], [o.pct(0.99) for o in results[peer]]
+            if all(v > 0 and not math.isnan(v) for v in p99[1]) and all(not math.isnan(v) for v in p99[0]):
+                print(f"  {ratio_line(f'gpufabric / {peer}, p99 lag', *p99)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
