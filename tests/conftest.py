@@ -94,23 +94,71 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     claim.rename(SESSION_DIR)
 
 
+# The fixtures that reach the session's shared site: its Postgres, its control plane, its twins.
+SITE_FIXTURES = frozenset(
+    {"warehouse", "fresh_database_url", "simulated", "control_plane", "kube_cluster", "kube_namespace",
+     "fault_proxy", "faults"}
+)  # fmt: skip
+STANDALONE = "standalone"  # a module-level `pytestmark = pytest.mark.standalone` (see the scheduler)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{STANDALONE}: an integration module that starts what it needs itself and uses none of the "
+        "session's site fixtures, so `make test` may run it beside them (tests/conftest.py)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A module that says it is standalone and yet reaches the site is a collection error: the
+    scheduler would run it on the worker that has no site, beside the tests that use it."""
+    wrong = [
+        f"{item.nodeid} uses {', '.join(sorted(SITE_FIXTURES & set(item.fixturenames)))}"  # type: ignore[attr-defined]
+        for item in items
+        if item.get_closest_marker(STANDALONE) and SITE_FIXTURES & set(item.fixturenames)  # type: ignore[attr-defined]
+    ]
+    if wrong:
+        raise pytest.UsageError(f"marked {STANDALONE} but uses the session's site: " + "; ".join(wrong))
+
+
+def _module_is_standalone(module: str) -> bool:
+    """Whether ``tests/...py`` carries ``pytestmark = pytest.mark.standalone`` (read from its source:
+    the xdist controller that asks has collected nothing)."""
+    import ast
+
+    try:
+        tree = ast.parse((ROOT / module).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            return any(isinstance(n, ast.Attribute) and n.attr == STANDALONE for n in ast.walk(node.value))
+    return False
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """How ``pytest -n 2`` (what ``make test`` runs) splits the suite between its two workers.
 
     Every test that may touch the session's site (Postgres, the control plane, the twins: all of
-    ``tests/integration`` and ``tests/e2e``) is one unit of work, so one worker runs them in order
-    on one server, one plane and one set of twins, exactly as a plain ``pytest`` would. Unit tests
-    touch none of them; each module is a unit the other worker takes, so on 2 cores the
-    pure-Python tests run beside the site's, which spend much of their time waiting on servers.
-    (Our own scheduler, not ``--dist loadgroup``: xdist 3.8 renames ``Item._nodeid``, which
-    pytest 9.2 no longer reads, so its groups are silently ignored.)
+    ``tests/integration`` and ``tests/e2e`` but the modules marked ``standalone``) is one unit of
+    work, so one worker runs them in order on one server, one plane and one set of twins, exactly
+    as a plain ``pytest`` would. Unit modules, and integration modules that start what they need
+    themselves (checked at collection, above), are units the other worker takes, so on 2 cores
+    they run beside the site's tests, which spend much of their time waiting on servers. (Our own
+    scheduler, not ``--dist loadgroup``: xdist 3.8 renames ``Item._nodeid``, which pytest 9.2 no
+    longer reads, so its groups are silently ignored.)
     """
+    from functools import cache
+
     from xdist.scheduler import LoadScopeScheduling
+
+    standalone = cache(_module_is_standalone)
 
     class SiteAndUnitModules(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return module if module.startswith("tests/unit/") else "site"
+            return module if module.startswith("tests/unit/") or standalone(module) else "site"
 
     return SiteAndUnitModules(config, log)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from connectors.ibnetdiscover import discover
@@ -18,6 +19,8 @@ from simulator.generator import GroundTruth, generate
 from simulator.ib.ibsim import start_ibsim
 from simulator.spec import ClusterSpec
 from simulator.specs import resolve_spec_path
+
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
 
 
 def hdr_truth(name: str) -> GroundTruth:

@@ -30,6 +30,8 @@ from core.quality import CollectionStatus
 from core.topology.ethernet import normalise_mac, resolve_ethernet
 from core.topology.inputs import HostnameRules
 
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
+
 SWITCHES = ("s1", "l1", "l2")
 HOSTS = tuple(f"h{i}" for i in range(1, 9))
 # (device, ifname) pairs: the lab's wiring, the ground truth of this test

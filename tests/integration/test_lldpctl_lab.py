@@ -10,6 +10,8 @@ from test_lldp_lab import HOSTS, WIRING, Lab, _wait, lab
 
 from connectors.lldpctl import HostFilter, parse_lldpctl
 
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
+
 __all__ = ["lab"]  # the fixture, re-exported for pytest
 
 

@@ -19,6 +19,8 @@ import pytest
 
 from simulator.twin import alive
 
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # The supervised child: reports how it found SIGINT, starts a grandchild in its group, and on

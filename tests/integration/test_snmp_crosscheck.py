@@ -16,6 +16,8 @@ from connectors.snmp import CollectorOptions, DeviceWalk, walk_devices
 from connectors.snmp.oids import WALK_BASES, dotted
 from simulator.snmp.twin import V3_AUTH_KEY, V3_PRIV_KEY, V3_USER
 
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
+
 _LINE = re.compile(r"^(?P<oid>\.[\d.]+) = (?:(?P<type>[\w-]+): ?)?(?P<value>.*)$")
 
 

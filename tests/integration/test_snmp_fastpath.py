@@ -22,6 +22,8 @@ from connectors.snmp.oids import IF_DESCR, IF_HIGH_SPEED, IF_NAME, LLDP_REM_TABL
 from connectors.snmp.v2c import V2cClient
 from core.quality import CollectionStatus
 
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
+
 snmp_site = support.snmp_site  # the shared session fixture (one snmpsim per spec)
 
 MIB: dict[ber.OID, ber.Value] = {

@@ -20,6 +20,8 @@ from settings import parse_settings
 from simulator.snmp.records import LLDP_LOC, LLDP_REM, render
 from simulator.snmp.twin import SnmpTwinOptions, free_udp_port, launch, stop
 
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
+
 HUGE_NEIGHBORS = 1500
 
 

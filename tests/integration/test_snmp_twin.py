@@ -20,6 +20,8 @@ from snmp.support import (
 from core.models import DeviceKind, LinkKind
 from core.quality import CollectionStatus
 
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
+
 snmp_site = support.snmp_site  # the shared session fixture (one snmpsim per spec)
 
 

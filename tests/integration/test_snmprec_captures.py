@@ -28,7 +28,7 @@ from connectors.snmp import CollectorOptions, LldpCollection, SnmpTarget, collec
 from core.lldp import LldpNeighbor
 from core.quality import CollectionStatus
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.standalone]  # its own twins (tests/conftest.py)
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "snmprec"
 WALKS = sorted(FIXTURES.glob("*.snmprec"))

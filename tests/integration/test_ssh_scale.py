@@ -21,6 +21,8 @@ from simulator.spec import load_spec, parse_spec
 from simulator.specs import resolve_spec_path
 from simulator.ssh import SshTwinOptions, start_twin
 
+pytestmark = pytest.mark.standalone  # starts what it needs itself (tests/conftest.py: the scheduler)
+
 CONCURRENCY = 64
 
 
