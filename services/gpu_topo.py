@@ -19,8 +19,9 @@ import psycopg
 from connectors.gpu_topo import MAX_BYTES, SOURCE, GpuTopoError, parse_gpu_topo
 from connectors.warehouse import land_collection
 from connectors.warehouse.loader import copy_rows, record_status
-from core.affinity import TopoMatrix
+from core.affinity import AffinityFinding, GpuAffinity, NodeAffinity, TopoMatrix
 from core.affinity.fleet import FleetAffinity
+from core.affinity.render import node_patch
 from core.quality import CollectionStatus, Quarantined
 
 COLUMNS = ("run_id", "source", "captured_at", "collected_at", "origin", "raw_text", "gpu_count", "nic_count", "matrix")
@@ -202,3 +203,26 @@ def latest_affinity(conn: psycopg.Connection) -> StoredAffinity | None:
              "rails": list(rails)}
         )  # fmt: skip
     return StoredAffinity(str(run[0]), run[1], run[2], out)
+
+
+def latest_node_patches(conn: psycopg.Connection, prefix: str) -> dict[str, dict[str, Any]]:
+    """Host -> the partial Node ``gpufabric publish`` applies for it (the GPU-NIC affinity label
+    and map annotation, :func:`core.affinity.render.node_patch`), from the latest stored
+    derivation and its findings; empty when none was stored. A host the derivation did not
+    cover has no entry."""
+    stored = latest_affinity(conn)
+    if stored is None:
+        return {}
+    findings: dict[str, list[AffinityFinding]] = {}
+    for host, kind, detail in conn.execute(
+        "SELECT host, kind, detail FROM topology.gpu_affinity_findings WHERE run_id = %s", (stored.run_id,)
+    ):
+        findings.setdefault(host, []).append(AffinityFinding(kind, host, detail))
+    out: dict[str, dict[str, Any]] = {}
+    for host, rows in stored.gpus.items():
+        gpus = tuple(
+            GpuAffinity(r["gpu"], tuple(r["best_nics"]), r["path_class"], r["numa_node"], None, tuple(r["rails"]))
+            for r in rows
+        )
+        out[host] = node_patch(NodeAffinity(host, gpus, (), ()), prefix, findings.get(host, ()))
+    return out

@@ -1,11 +1,12 @@
-"""Apply a publish plan to a cluster: node labels, node extended resources, Kueue objects.
+"""Apply a publish plan to a cluster: node labels and annotations, node extended resources, Kueue objects.
 
 Everything goes through server-side apply as our own field manager, so what we own is exactly
 what managedFields says we own: the current state is read from there (not guessed from key
 names), a label we stop publishing is removed by the API server, and a label someone else set
-is never in our apply and never touched. Immutable Kueue fields are handled by the renderer
-(versioned names); here stale objects carrying our managed-by label are deleted after the
-objects that referenced them moved.
+is never in our apply and never touched. Annotations (the GPU-NIC map, docs/affinity.md) go in the
+same apply of the node's metadata as its labels, so they are owned, diffed and removed the same
+way. Immutable Kueue fields are handled by the renderer (versioned names); here stale objects
+carrying our managed-by label are deleted after the objects that referenced them moved.
 
 Two things a real API server insists on that a lenient fake let slide: a LocalQueue can only be
 created in a namespace that exists (we create a tenant's missing namespace, never delete one),
@@ -99,6 +100,7 @@ class Plan:
             "labels_changed": sum(1 for c in labels if c.change == "changed"),
             "labels_removed": sum(1 for c in labels if c.change == "removed"),
             "resources_changed": sum(len(d.resources) for d in self.changed_nodes),
+            "annotations_changed": sum(len(d.annotations) for d in self.changed_nodes),
             "objects_created": objs.count("created"),
             "objects_changed": objs.count("changed"),
             "objects_deleted": objs.count("deleted"),
@@ -109,8 +111,8 @@ class Plan:
 NodeLike = client.V1Node | Mapping[str, Any]
 
 
-def _node_parts(n: NodeLike) -> tuple[str, dict[str, str], list[dict[str, Any]], dict[str, str]]:
-    """(name, labels, managedFields as JSON dicts, status.capacity) of a typed or a raw Node.
+def _node_parts(n: NodeLike) -> tuple[str, dict[str, str], list[dict[str, Any]], dict[str, str], dict[str, str]]:
+    """(name, labels, managedFields as JSON dicts, status.capacity, annotations) of a typed or a raw Node.
 
     Raw JSON (``list_nodes_raw``) is what :func:`plan` reads: the client's model classes cost
     about 2 s of CPU for 512 nodes with their managedFields, the JSON about 0.1 s.
@@ -118,12 +120,12 @@ def _node_parts(n: NodeLike) -> tuple[str, dict[str, str], list[dict[str, Any]],
     if isinstance(n, Mapping):
         meta, status = n.get("metadata") or {}, n.get("status") or {}
         return (str(meta["name"]), dict(meta.get("labels") or {}), list(meta.get("managedFields") or []),
-                dict(status.get("capacity") or {}))  # fmt: skip
+                dict(status.get("capacity") or {}), dict(meta.get("annotations") or {}))  # fmt: skip
     tm: Any = n.metadata
     entries = [{"manager": e.manager, "operation": e.operation, "subresource": e.subresource, "fieldsV1": e.fields_v1}
                for e in tm.managed_fields or ()]  # fmt: skip
     capacity = (n.status.capacity or {}) if n.status else {}
-    return str(tm.name), dict(tm.labels or {}), entries, dict(capacity)
+    return str(tm.name), dict(tm.labels or {}), entries, dict(capacity), dict(tm.annotations or {})
 
 
 def _owned(entries: Sequence[Mapping[str, Any]], manager: str, subresource: str, path: Sequence[str]) -> set[str]:
@@ -139,15 +141,17 @@ def _owned(entries: Sequence[Mapping[str, Any]], manager: str, subresource: str,
 
 
 def read_state(nodes: Sequence[NodeLike], manager: str) -> dict[str, NodeState]:
-    """Per node, the labels and capacity entries our field manager owns, with their values."""
+    """Per node, the labels, annotations and capacity entries our field manager owns, with their values."""
     out: dict[str, NodeState] = {}
     for n in nodes:
-        name, labels, entries, capacity = _node_parts(n)
+        name, labels, entries, capacity, annotations = _node_parts(n)
         own_labels = _owned(entries, manager, "", ("f:metadata", "f:labels"))
+        own_notes = _owned(entries, manager, "", ("f:metadata", "f:annotations"))
         own_res = _owned(entries, manager, "status", ("f:status", "f:capacity"))
         out[name] = NodeState(
             labels={k: labels[k] for k in own_labels if k in labels},
             resources={k: str(capacity[k]) for k in own_res if k in capacity},
+            annotations={k: annotations[k] for k in own_notes if k in annotations},
         )
     return out
 
@@ -263,6 +267,7 @@ def plan(
     *,
     field_manager: str,
     max_fraction: float,
+    annotations: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Plan:
     """Read the cluster and work out every change, without writing. Kueue objects are checked
     with a server dry-run apply, so the diff shows defaults and validation errors as the
@@ -270,7 +275,7 @@ def plan(
     objects = [canonical_quantities(o) for o in objects]
     nodes = list_nodes_raw(api)
     state = read_state(nodes, field_manager)
-    diffs = diff_nodes(state, labels, resources)
+    diffs = diff_nodes(state, labels, resources, annotations)
     guarded = sum(1 for d in diffs if d.changed and d.had_managed_state)
     existing = list_managed_objects(api, field_manager)
     changes, warnings = _namespace_changes(api, objects, field_manager)
@@ -346,9 +351,11 @@ def _write_nodes(
     field_manager: str,
     dry_run: bool,
     workers: int,
+    annotations: Mapping[str, Mapping[str, str]],
 ) -> None:
-    """Each changed node's labels, then its extended resources on the status subresource. The
-    first refusal stops the nodes not yet started and is raised, naming the node and the write."""
+    """Each changed node's labels and annotations (one metadata apply), then its extended
+    resources on the status subresource. The first refusal stops the nodes not yet started and
+    is raised, naming the node and the write."""
     failed = threading.Event()
 
     def one(d: NodeDiff) -> None:
@@ -356,9 +363,12 @@ def _write_nodes(
             return
         what = "labels"
         try:
-            if d.labels:
+            if d.metadata_changed:
+                # Every label and annotation we want on the node, changed or not: SSA drops from
+                # us whatever our apply no longer carries, which is how ours are removed.
                 body = {"apiVersion": "v1", "kind": "Node",
-                        "metadata": {"name": d.node, "labels": dict(labels.get(d.node, {}))}}  # fmt: skip
+                        "metadata": {"name": d.node, "labels": dict(labels.get(d.node, {})),
+                                     "annotations": dict(annotations.get(d.node, {}))}}  # fmt: skip
                 # force: only our own keys are in the body, so it can only take back those.
                 apply(api, body, field_manager=field_manager, force=True, dry_run=dry_run)
             if d.resources:
@@ -390,6 +400,7 @@ def execute(
     dry_run: bool = False,
     deletion_wait_s: float = DELETION_WAIT_S,
     workers: int = NODE_WRITERS,
+    annotations: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Plan:
     """Write the plan: missing namespaces, Kueue objects (new versions first), node labels and
     resources (``workers`` nodes at a time), then delete stale objects. Refuses before any write
@@ -422,7 +433,7 @@ def execute(
                 if key in p.recreate:
                     _wait_gone(api, obj, deletion_wait_s)
                 apply(api, obj, field_manager=field_manager, force=True)
-        _write_nodes(api, p.changed_nodes, labels, resources, field_manager, dry_run, workers)
+        _write_nodes(api, p.changed_nodes, labels, resources, field_manager, dry_run, workers, annotations or {})
         custom = client.CustomObjectsApi(api)
         stale = [c for c in p.object_changes if c.change == "deleted"]
         server_dry_run = "All" if dry_run else None
@@ -455,11 +466,12 @@ def render_diff(p: Plan) -> list[str]:
         if d.missing:
             lines.append(f"node {d.node}: not in the cluster (skipped)")
             continue
-        for c in (*d.labels, *d.resources):
+        for kind, c in (*(("", c) for c in (*d.labels, *d.resources)), *(("annotation ", c) for c in d.annotations)):
             sign = {"added": "+", "removed": "-", "changed": "~"}[c.change]
-            what = f"{c.key}={c.after}" if c.change == "added" else (
-                f"{c.key} (was {c.before})" if c.change == "removed" else f"{c.key}: {c.before} -> {c.after}")
-            lines.append(f"node {d.node}: {sign} {what}")
+            before, after = _short(c.before), _short(c.after)
+            what = f"{c.key}={after}" if c.change == "added" else (
+                f"{c.key} (was {before})" if c.change == "removed" else f"{c.key}: {before} -> {after}")
+            lines.append(f"node {d.node}: {sign} {kind}{what}")
     for oc in p.object_changes:
         if oc.change != "unchanged":
             where = f"{oc.namespace}/" if oc.namespace else ""
@@ -468,9 +480,19 @@ def render_diff(p: Plan) -> list[str]:
     counts = p.counts()
     lines.append(
         f"{counts['nodes_changed']} of {counts['nodes_total']} nodes change (+{counts['labels_added']} "
-        f"~{counts['labels_changed']} -{counts['labels_removed']} labels, {counts['resources_changed']} resources); "
+        f"~{counts['labels_changed']} -{counts['labels_removed']} labels, {counts['resources_changed']} resources"
+        + (f", {counts['annotations_changed']} annotations" if counts["annotations_changed"] else "") + "); "
         f"objects: {counts['objects_created']} created, {counts['objects_changed']} changed, "
         f"{counts['objects_deleted']} deleted"
         + (f"; {counts['namespaces_created']} namespace(s) created" if counts["namespaces_created"] else "")
     )
     return lines
+
+
+DIFF_VALUE_CHARS = 80  # an annotation (the GPU-NIC map) runs to hundreds of characters: the diff shows its start
+
+
+def _short(value: str | None) -> str | None:
+    if value is None or len(value) <= DIFF_VALUE_CHARS:
+        return value
+    return value[: DIFF_VALUE_CHARS - 1] + "…"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.publish.kueue import KueuePolicy, Pool, TenantSpec, render_kueue
@@ -19,9 +19,12 @@ class DesiredState:
     objects: list[dict[str, Any]]  # Kueue objects in apply order
     values: list[LabelValue]  # every label value with its readable domain name
     incomplete: list[str]  # compute hosts left out of every pool (a level is missing)
+    # node -> managed annotations (empty: remove ours); applied with the labels, in one SSA
+    annotations: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"labels": self.labels, "resources": self.resources, "objects": self.objects}
+        return {"labels": self.labels, "resources": self.resources, "objects": self.objects,
+                "annotations": self.annotations}  # fmt: skip
 
     @staticmethod
     def from_json(doc: Mapping[str, Any]) -> DesiredState:
@@ -31,7 +34,24 @@ class DesiredState:
             list(doc["objects"]),
             [],
             [],
+            # publishes recorded before annotations were managed have none: rolling back to one
+            # removes ours, as it would have had none then
+            {k: dict(v) for k, v in (doc.get("annotations") or {}).items()},
         )
+
+    def with_node_metadata(self, patches: Mapping[str, Mapping[str, Any]]) -> DesiredState:
+        """This state plus each node's labels and annotations from ``patches`` (node -> a partial
+        Node as :func:`core.affinity.render.node_patch` renders it). A patched node absent from the
+        plan joins it with those alone; a node without a patch keeps what it had."""
+        labels = {n: dict(v) for n, v in self.labels.items()}
+        annotations = {n: dict(v) for n, v in self.annotations.items()}
+        for node, patch in sorted(patches.items()):
+            meta = patch.get("metadata") or {}
+            labels.setdefault(node, {}).update({str(k): str(v) for k, v in (meta.get("labels") or {}).items()})
+            extra = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+            if extra:
+                annotations.setdefault(node, {}).update(extra)
+        return replace(self, labels=labels, annotations=annotations)
 
 
 def desired_state(

@@ -25,6 +25,7 @@ from connectors.kube.publish import (
 )
 from core.publish import DesiredState, KueuePolicy, LabelScheme, TenantSpec, desired_state
 from core.topology.model import model_from_json
+from services.gpu_topo import latest_node_patches
 from services.publish.store import applied_run_for, last_applied_run, record_run
 from services.topology.store import load_model
 
@@ -82,13 +83,16 @@ def desired_state_for(conn: psycopg.Connection, api: client.ApiClient, cfg: Publ
             else "no topology version yet: derive one first (gpufabric topology show)"
         )
     facts = node_facts(list_nodes_raw(api))
-    return int(doc["version"]), desired_state(model_from_json(doc), cfg.scheme, facts, cfg.tenants, cfg.policy)
+    state = desired_state(model_from_json(doc), cfg.scheme, facts, cfg.tenants, cfg.policy)
+    # issue 23: each node's GPU-NIC affinity label and map annotation from the latest derivation;
+    # a node it did not cover gets neither (and loses ours, if it had them)
+    return int(doc["version"]), state.with_node_metadata(latest_node_patches(conn, cfg.scheme.prefix))
 
 
 def write_gitops(directory: Path, state: DesiredState) -> list[Path]:
     """One YAML file per object under ``DIR/gpufabric/`` (a folder we own: files of objects no
-    longer rendered are removed). Node labels and resources are partial Node objects for an
-    SSA-capable GitOps tool."""
+    longer rendered are removed). Node labels, annotations and resources are partial Node objects
+    for an SSA-capable GitOps tool."""
     root = directory / GITOPS_SUBDIR
     root.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -98,9 +102,11 @@ def write_gitops(directory: Path, state: DesiredState) -> list[Path]:
         # quotas as the API server stores them, or a GitOps tool's diff never settles
         docs.append((f"kueue/{obj['kind'].lower()}-{(ns + '-') if ns else ''}{obj['metadata']['name']}.yaml",
                      canonical_quantities(obj)))  # fmt: skip
-    for node in sorted(state.labels):
-        docs.append((f"nodes/{node}.yaml", {"apiVersion": "v1", "kind": "Node",
-                                            "metadata": {"name": node, "labels": state.labels[node]}}))  # fmt: skip
+    for node in sorted(set(state.labels) | set(state.annotations)):
+        meta: dict[str, Any] = {"name": node, "labels": state.labels.get(node, {})}
+        if state.annotations.get(node):
+            meta["annotations"] = state.annotations[node]
+        docs.append((f"nodes/{node}.yaml", {"apiVersion": "v1", "kind": "Node", "metadata": meta}))
         if state.resources.get(node):
             res = state.resources[node]
             docs.append((f"nodes-status/{node}.yaml", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
@@ -160,7 +166,7 @@ def publish_fabric(
         return Outcome(run, topo_version, "gitops", "written", None, [f"wrote {len(files)} files"], files)
     try:
         p = plan(api, state.labels, state.resources, state.objects, field_manager=cfg.field_manager,
-                 max_fraction=cfg.max_fraction)  # fmt: skip
+                 max_fraction=cfg.max_fraction, annotations=state.annotations)  # fmt: skip
     except PublishError as exc:
         raise PublishRefused(str(exc)) from None
     diff = render_diff(p)
@@ -170,7 +176,8 @@ def publish_fabric(
     if dry_run:
         # The server's own dry run of every write: what it would refuse is refused now.
         try:
-            execute(api, p, state.labels, state.resources, field_manager=cfg.field_manager, dry_run=True)
+            execute(api, p, state.labels, state.resources, field_manager=cfg.field_manager, dry_run=True,
+                    annotations=state.annotations)  # fmt: skip
         except PublishError as exc:
             record_run(conn, mode="dry_run", status="failed", message=str(exc), **common)
             raise PublishRefused(str(exc)) from None
@@ -180,7 +187,8 @@ def publish_fabric(
         run = record_run(conn, mode="dry_run", status="planned", **common)
         return Outcome(run, topo_version, "dry_run", "planned", p, diff)
     try:
-        execute(api, p, state.labels, state.resources, field_manager=cfg.field_manager, force=force)
+        execute(api, p, state.labels, state.resources, field_manager=cfg.field_manager, force=force,
+                annotations=state.annotations)  # fmt: skip
     except BlastRadiusExceeded as exc:
         message = f"{exc}. {_guard_basis(conn, cfg.cluster)}"
         record_run(conn, mode=mode, status="refused", message=message, **common)

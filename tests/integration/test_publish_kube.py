@@ -254,7 +254,8 @@ def published(control_plane: Any, tmp_path_factory: pytest.TempPathFactory) -> I
 def test_dry_run_is_the_servers_and_writes_nothing(published: Published) -> None:
     assert published.dry.counts() == {
         "nodes_total": 128, "nodes_changed": 128, "nodes_guarded": 0, "nodes_missing": 0, "labels_added": 768,
-        "labels_changed": 0, "labels_removed": 0, "resources_changed": 256, "objects_created": 12,
+        "labels_changed": 0, "labels_removed": 0, "resources_changed": 256, "annotations_changed": 0,
+        "objects_created": 12,
         "objects_changed": 0, "objects_deleted": 0, "namespaces_created": 3,
     }  # fmt: skip
     assert not published.dry.applied
