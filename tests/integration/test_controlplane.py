@@ -397,7 +397,10 @@ def test_suspended_job_in_local_queue_is_admitted_and_its_pods_run(plane: Contro
 
     workload = wait_for(admitted, "Kueue to admit the Job's Workload")
     assert workload["status"]["admission"]["clusterQueue"] == f"cq-{suffix}"
-    assert kubectl_json(plane, "get", "job", "-n", namespace, "train")["spec"]["suspend"] is False
+    # Kueue's job controller lifts the Job's suspend after the Workload is admitted (a second
+    # reconcile: under load the two are seconds apart).
+    wait_for(lambda: kubectl_json(plane, "get", "job", "-n", namespace, "train")["spec"]["suspend"] is False,
+             "Kueue to unsuspend the admitted Job")  # fmt: skip
 
     def running_pods() -> list[dict[str, Any]]:
         pods = kubectl_json(plane, "get", "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=train")["items"]
