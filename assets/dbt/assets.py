@@ -7,6 +7,7 @@ named ``raw.<table>`` map to our asset keys ``raw/<table>``, so lineage joins up
 No ``from __future__ import annotations``: Dagster reads the context annotation at runtime.
 """
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -32,8 +33,20 @@ def _newest_source_mtime() -> float:
 
 
 def ensure_manifest() -> Path:
-    """Parse the project when the manifest is missing or stale; parsing needs no database."""
+    """Parse the project when the manifest is missing or stale; parsing needs no database.
+
+    Under a file lock: processes importing this at the same moment (two test workers, the UI and a
+    run) would otherwise parse together, and one would read the manifest while another writes it.
+    """
     manifest = DBT_PROJECT_DIR / "target" / "manifest.json"
+    manifest.parent.mkdir(exist_ok=True)
+    with (manifest.parent / ".parse.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        _parse_if_stale(manifest)
+    return manifest
+
+
+def _parse_if_stale(manifest: Path) -> None:
     if not manifest.exists() or manifest.stat().st_mtime < _newest_source_mtime():
         result = subprocess.run(
             [
@@ -53,7 +66,6 @@ def ensure_manifest() -> Path:
         if result.returncode != 0:
             raise RuntimeError(f"dbt parse failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
         manifest.touch()
-    return manifest
 
 
 dbt_project = DbtProject(project_dir=DBT_PROJECT_DIR, profiles_dir=DBT_PROJECT_DIR)
