@@ -22,8 +22,11 @@ KEY = dg.AssetKey(["publish", "cluster_state"])
     key=KEY,
     group_name="publish",
     kinds={"kubernetes", "postgres"},
-    deps=[dg.AssetKey(["topology", "fabric_model"])],
-    description="Node labels, extended resources and Kueue objects from the latest topology version.",
+    # After the GPU affinity too: publish carries its label and annotation per node, and a publish
+    # that ran first would leave them all to the next one (which the blast guard then refuses).
+    deps=[dg.AssetKey(["topology", "fabric_model"]), dg.AssetKey(["topology", "gpu_affinity"])],
+    description="Node labels, annotations, extended resources and Kueue objects from the latest topology "
+    "version and GPU affinity.",
 )
 def cluster_state(
     context: dg.AssetExecutionContext, warehouse: dg.ResourceParam[Warehouse], site: dg.ResourceParam[Settings]
