@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -69,7 +68,6 @@ def main(argv: Sequence[str]) -> int:
     days = args.days or (30 if args.quick else 365)
     rounds = args.rounds or (3 if args.quick else 7)
 
-    import psycopg
     from psycopg import sql
 
     from connectors.warehouse import copy_rows, open_warehouse
@@ -79,12 +77,8 @@ def main(argv: Sequence[str]) -> int:
     from simulator.agents.year import YearCounts, YearSpec, node_rows, pod_rows
 
     server = open_warehouse()
-    name = f"bench_finops_{days}d_{uuid.uuid4().hex[:6]}"
-    admin = server.base_url.set(database="postgres").render_as_string(hide_password=False)
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        wh = open_warehouse(server.base_url.set(database=name).render_as_string(hide_password=False))
+    with server.scratch_database(f"bench_finops_{days}d", keep=args.keep) as url:
+        wh = open_warehouse(url)
         # one more day generated than landed, so "the next hour" exists
         spec = YearSpec(days=days + 1)
         end = spec.start + timedelta(days=days)
@@ -156,11 +150,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"disk: cost fact with indexes {size[0] / 2**20:,.0f} MiB = {size[0] / 2**20 / months:,.0f} MiB per month"
               f" (the untuned copy: {size[1] / 2**20 / months:,.0f} MiB per month)")
         wh.dispose()
-    finally:
         if args.keep:
-            print(f"kept database {name}")
-        else:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        server.dispose()
+            print(f"kept database {wh.base_url.database}")
+    server.dispose()
     return 1 if failed else 0

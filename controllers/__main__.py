@@ -31,15 +31,14 @@ def main(argv: list[str] | None = None) -> int:
         from controllers.budget_webhook import main as budget_webhook_main
 
         return budget_webhook_main(argv[1:])
-    # --- burst admission (issue 20 part 4): its own flags and signal handling -------------------
     if argv[:1] == ["burst-admission"]:
         from controllers.burst_admission import main as burst_admission_main
 
         return burst_admission_main(argv[1:])
-    # --- end burst admission ---------------------------------------------------------------------
     parser = argparse.ArgumentParser(
         prog="python -m controllers",
-        epilog="also: python -m controllers topology-webhook --help, python -m controllers budget-webhook --help",
+        epilog="also: python -m controllers topology-webhook --help, python -m controllers budget-webhook --help, "
+        "python -m controllers burst-admission --help",
     )
     sub = parser.add_subparsers(dest="controller", required=True)
     reaper = sub.add_parser("reaper", help="delete pods orphaned by crashed agent orchestrators")

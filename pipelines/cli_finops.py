@@ -10,7 +10,9 @@ ops.finops_restatements (services/price_book.py).
 
 from __future__ import annotations
 
-from datetime import datetime
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -61,6 +63,33 @@ def run_report(conn: Any, as_of: datetime | None, limit: int) -> list[tuple[str,
     return sections
 
 
+@contextlib.contextmanager
+def _exits_on_errors(*refused: type[Exception]) -> Iterator[None]:
+    """One way every command ends on a known error: what the user asked for was refused (exit 2,
+    the message), the cost tables do not exist yet (exit 1, how to build them), or the warehouse
+    failed (exit 1)."""
+    import psycopg
+
+    from connectors.warehouse import WarehouseError
+
+    try:
+        yield
+    except refused as exc:
+        err.print(f"[red]{exc}[/]", highlight=False)
+        raise typer.Exit(2) from None
+    except psycopg.errors.UndefinedTable:
+        err.print("[red]the finops tables are not built yet:[/] run `gpufabric run --select 'group:finops'` "
+                  "and the dbt models (`gpufabric run`)")
+        raise typer.Exit(1) from None
+    except WarehouseError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
 @app.command("report")
 def report(
     as_of: Annotated[
@@ -69,25 +98,12 @@ def report(
     limit: Annotated[int, typer.Option(min=1, help="rows per section")] = 10,
 ) -> None:
     """Print the top lines of the FinOps query pack (sql/queries)."""
-    import psycopg
+    from connectors.warehouse import open_warehouse
 
-    from connectors.warehouse import WarehouseError, open_warehouse
-
-    if as_of is not None and as_of.tzinfo is None:
-        from datetime import UTC
-
-        as_of = as_of.replace(tzinfo=UTC)
-    try:
+    with _exits_on_errors():
         wh = open_warehouse()
         with wh.connect() as conn:
-            sections = run_report(conn, as_of, limit)
-    except psycopg.errors.UndefinedTable:
-        err.print("[red]the finops tables are not built yet:[/] run `gpufabric run --select 'group:finops'` "
-                  "and the dbt models (`gpufabric run`)")
-        raise typer.Exit(1) from None
-    except WarehouseError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from None
+            sections = run_report(conn, _utc(as_of) if as_of is not None else None, limit)
     for title, columns, rows in sections:
         table = Table(title=title, title_justify="left")
         for c in columns:
@@ -107,31 +123,19 @@ def export(
     basis: Annotated[str, typer.Option(help="cost basis to export: allocation or usage")] = "allocation",
 ) -> None:
     """Write the cost fact (finops.gpu_cost_hourly) as a FOCUS file, streaming in batches."""
-    import psycopg
-
-    from connectors.warehouse import WarehouseError, open_warehouse
+    from connectors.warehouse import open_warehouse
     from core.finops.focus import ExportOptions, FocusExportError
     from services.finops_export import export_focus
 
     if not focus:
         err.print("[red]say which export:[/] --focus (FOCUS is the only format so far)")
         raise typer.Exit(2)
-    try:
+    with _exits_on_errors(FocusExportError):
         options = ExportOptions(version=version, basis=basis)
         wh = open_warehouse()
         with wh.connect() as conn:
             result = export_focus(conn, file, options,
                                   on_batch=lambda n: err.print(f"  {n:,} lines written", highlight=False))
-    except FocusExportError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from None
-    except psycopg.errors.UndefinedTable:
-        err.print("[red]the finops tables are not built yet:[/] run `gpufabric run --select 'group:finops'` "
-                  "and the dbt models (`gpufabric run`)")
-        raise typer.Exit(1) from None
-    except WarehouseError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from None
     out.print(f"wrote {result.rows:,} lines of FOCUS {result.focus_version} ({result.basis} basis, "
               f"{len(result.columns)} columns) to {result.path} as {result.file_format}")
 
@@ -153,31 +157,19 @@ def _site_cards(config: Path | None) -> tuple[Any, str]:
         raise typer.Exit(2) from None
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    from datetime import UTC
-
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
-
-
 @app.command("prices")
 def prices(config: ConfigOption = None) -> None:
     """Load the site file's rate_cards into the price book (finops.price_book) and print it."""
-    from connectors.warehouse import WarehouseError, open_warehouse
+    from connectors.warehouse import open_warehouse
     from core.finops.price_book import PriceBookError
     from services.price_book import load_price_book, stored_price_book
 
     cards, source = _site_cards(config)
-    try:
+    with _exits_on_errors(PriceBookError):
         wh = open_warehouse()
         with wh.connect() as conn:
             load = load_price_book(conn, cards, source)
             book, _ = stored_price_book(conn)
-    except PriceBookError as exc:
-        err.print(f"[red]{exc}[/]", highlight=False)
-        raise typer.Exit(2) from None
-    except WarehouseError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from None
     table = Table(title=f"Price book from {source}", title_justify="left")
     for c in ("gpu model", "tier", "from", "to", "currency", "price / GPU-h", "list / GPU-h"):
         table.add_column(c)
@@ -198,22 +190,15 @@ def restate_cmd(
     config: ConfigOption = None,
 ) -> None:
     """Reprice the cost fact's lines in [--from, --to) with the site file's current prices, audited."""
-    from connectors.warehouse import WarehouseError, open_warehouse
+    from connectors.warehouse import open_warehouse
     from core.finops.price_book import PriceBookError
     from services.price_book import RestateError, restate
 
     cards, source = _site_cards(config)
-    begin = _utc(start)
-    assert begin is not None
-    try:
+    with _exits_on_errors(PriceBookError, RestateError):
         wh = open_warehouse()
-        result = restate(wh, cards, source, start=begin, end=_utc(end), reason=reason)
-    except (PriceBookError, RestateError) as exc:
-        err.print(f"[red]{exc}[/]", highlight=False)
-        raise typer.Exit(2) from None
-    except WarehouseError as exc:
-        err.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from None
+        result = restate(wh, cards, source, start=_utc(start), end=_utc(end) if end is not None else None,
+                         reason=reason)
     out.print(f"restatement {result.restatement_id}: {result.range_from.isoformat()} to {result.range_to.isoformat()}, "
               f"{result.lines_changed:,} of {result.lines_after:,} lines changed; EffectiveCost "
               f"{result.old_effective_cost:,.2f} -> {result.new_effective_cost:,.2f}, ListCost "

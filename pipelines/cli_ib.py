@@ -134,7 +134,7 @@ def ingest_lldp(
         raise typer.Exit(1)
 
 
-# --- issue 23: one node's `nvidia-smi topo -m` (begin) ------------------------------------------
+# --- one node's `nvidia-smi topo -m` (issue 23) ------------------------------------------------
 
 
 @app.command("gpu-topo")
@@ -197,6 +197,3 @@ def ingest_gpu_topo(
     out.print(table)
     for f in affinity.findings:
         out.print(f"{f.kind}: {f.detail}", markup=False, highlight=False)
-
-
-# --- issue 23 (end) -----------------------------------------------------------------------------

@@ -778,7 +778,7 @@ class RateCard(_Model):
     """A tier (label value), or ``*``: every tier without a card of its own, and idle capacity."""
     usd_per_gpu_hour: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)]
     effective_from: date | None = None
-    # --- price book (issue 25): the site file is the only price list (core/finops/price_book.py
+    # The site file is the only price list (core/finops/price_book.py
     # checks overlaps, currency codes and list >= price across cards). Amounts are in `currency`.
     list_usd_per_gpu_hour: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)] | None = None
     """Undiscounted price (FOCUS ListUnitPrice); unset: the model's ``*`` card, else the price."""

@@ -180,16 +180,8 @@ def warehouse():  # type: ignore[no-untyped-def]
 @pytest.fixture
 def fresh_database_url(warehouse) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """An empty database on the test server, dropped afterwards; URL in libpq form."""
-    import psycopg
-    from psycopg import sql
-
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin_url = warehouse.base_url.set(database="postgres").render_as_string(hide_password=False)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield warehouse.base_url.set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with warehouse.scratch_database("t") as url:
+        yield url
 
 
 @pytest.fixture

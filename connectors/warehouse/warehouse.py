@@ -7,12 +7,16 @@ Migrations run on first use in every process, guarded by an advisory lock.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import psycopg
+import psycopg.sql
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 
@@ -97,6 +101,22 @@ class Warehouse:
     def dispose(self) -> None:
         if "engine" in self.__dict__:
             self.engine.dispose()
+
+    @contextlib.contextmanager
+    def scratch_database(self, prefix: str, *, keep: bool = False) -> Iterator[str]:
+        """A new, empty database on this server (its libpq URL), dropped afterwards unless ``keep``:
+        where tests and benchmarks build a warehouse of their own beside this one."""
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        admin = self.base_url.set(database="postgres").render_as_string(hide_password=False)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+        try:
+            yield self.base_url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            if not keep:
+                with psycopg.connect(admin, autocommit=True) as conn:
+                    conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        psycopg.sql.Identifier(name)))
 
 
 def _first_line(err: Exception) -> str:

@@ -14,15 +14,12 @@ import csv
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from connectors.warehouse import Warehouse, open_warehouse
 from core.finops.focus import COLUMNS, CRITERIA, ExportOptions
@@ -41,13 +38,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "focus"
 @pytest.fixture(scope="module")
 def focus_db(warehouse: Warehouse, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A warehouse whose cost fact holds the simulated week, and its FOCUS exports made by the CLI."""
-    name = f"t_focus_{uuid.uuid4().hex[:10]}"
-    admin_url = warehouse.base_url.set(database="postgres").render_as_string(hide_password=False)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = warehouse.base_url.set(database=name).render_as_string(hide_password=False)
     out = tmp_path_factory.mktemp("focus")
-    try:
+    with warehouse.scratch_database("t_focus") as url:
         wh = open_warehouse(url)
         week = simulate_week("sim-focus", namespace_suffix="-fc")
         land_week(wh, week, week.pods, with_nodes=True)
@@ -66,9 +58,6 @@ def focus_db(warehouse: Warehouse, tmp_path_factory: pytest.TempPathFactory) -> 
             summary = fact_summary(conn, "allocation")
         yield {"wh": wh, "files": files, "summary": summary, "out": out}
         wh.dispose()
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def read_csv(path: Path) -> tuple[list[str], list[list[str]]]:

@@ -16,14 +16,12 @@ nodes, 150 pods a day) landed with COPY as a collector would have landed it, day
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from psycopg import sql
 from typer.testing import CliRunner
@@ -96,29 +94,23 @@ def load(wh: Warehouse, path: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def db(warehouse: Warehouse, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    name = f"t_pricebook_{uuid.uuid4().hex[:10]}"
-    admin_url = warehouse.base_url.set(database="postgres").render_as_string(hide_password=False)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    url = warehouse.base_url.set(database=name).render_as_string(hide_password=False)
     tmp = tmp_path_factory.mktemp("pricebook")
-    wh = open_warehouse(url)
-    try:
-        state: dict[str, Any] = {"wh": wh, "url": url, "tmp": tmp}
-        state["v1"] = load(wh, site(tmp, "v1", V1))
-        state["day1"] = land(wh, START, START + DAY)
-        run_dbt(wh, ["build", "--select", "+gpu_cost_hourly"], target_dir=tmp)
-        state["after_day1"] = lines(wh)
-        state["v2_path"] = site(tmp, "v2", V2)
-        state["v2"] = load(wh, state["v2_path"])
-        land(wh, START + DAY, START + 2 * DAY + timedelta(hours=1))
-        run_dbt(wh, ["run", "--select", "gpu_cost_hourly"], target_dir=tmp)
-        state["after_day2"] = lines(wh)
-        yield state
-    finally:
-        wh.dispose()
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with warehouse.scratch_database("t_pricebook") as url:
+        wh = open_warehouse(url)
+        try:
+            state: dict[str, Any] = {"wh": wh, "url": url, "tmp": tmp}
+            state["v1"] = load(wh, site(tmp, "v1", V1))
+            state["day1"] = land(wh, START, START + DAY)
+            run_dbt(wh, ["build", "--select", "+gpu_cost_hourly"], target_dir=tmp)
+            state["after_day1"] = lines(wh)
+            state["v2_path"] = site(tmp, "v2", V2)
+            state["v2"] = load(wh, state["v2_path"])
+            land(wh, START + DAY, START + 2 * DAY + timedelta(hours=1))
+            run_dbt(wh, ["run", "--select", "gpu_cost_hourly"], target_dir=tmp)
+            state["after_day2"] = lines(wh)
+            yield state
+        finally:
+            wh.dispose()
 
 
 def test_loads_record_what_changed(db: dict[str, Any]) -> None:
