@@ -189,7 +189,16 @@ def _sim_up(spec: str) -> Any:
 
     loaded = _load_spec(spec)
     try:
-        return sim_up(loaded, data_dir() / "sim", progress=_say)
+        # One live line for the wait (twins starting, the plane coming up); the control plane's own
+        # lines (a build, each component) stay on screen as they come.
+        with err.status("starting the twins and the control plane") as status:
+
+            def say(message: str) -> None:
+                status.update(message)
+                if message.startswith("controlplane"):
+                    _say(message)
+
+            return sim_up(loaded, data_dir() / "sim", progress=say)
     except (BuildError, ControlPlaneError) as exc:
         # escape: the message quotes a component's log, whose brackets are not markup
         err.print(f"[bold red]error:[/] the Kubernetes control plane: {escape(str(exc))}", highlight=False,
@@ -315,7 +324,11 @@ def _print_outcome(outcome: Any) -> None:
     if outcome.skipped:
         out.print(f"partitioned, not run without --partition: {', '.join(outcome.skipped)}")
     if outcome.failed_steps:
-        err.print(f"[bold red]failed steps:[/] {', '.join(outcome.failed_steps)} (details: make ui → Runs)")
+        err.print(
+            f"[bold red]failed steps:[/] {', '.join(outcome.failed_steps)} (details: make ui → Runs; "
+            f"what the steps printed, dbt's log among it: {outcome.output_log})",
+            soft_wrap=True,
+        )
 
 
 @app.command("demo")
@@ -393,7 +406,7 @@ def _print_demo_findings(wh: Any, run_id: str) -> None:
     if quarantine:
         out.print("first quarantined inputs (ops.quarantine):")
     for source, device, location, reason in quarantine:
-        out.print(f"  {source} {device or ''} {location or ''}: {reason}", highlight=False)
+        out.print(f"  {source} {device or ''} {location or ''}: {reason}", highlight=False, soft_wrap=True)
 
 
 @app.command("ui")

@@ -2,14 +2,21 @@
 
 Used by ``gpufabric run`` and ``gpufabric demo``. Runs land in the same run history the UI
 shows. Progress comes from the instance's event log, polled while the run executes in a
-worker thread, so the CLI shows each step as it finishes.
+worker thread, so the CLI shows the steps running now and each asset as it finishes.
+
+What steps print on stdout while they run (dagster-dbt echoes every line of dbt's log there) goes
+to a file per run under ``$DAGSTER_HOME/logs`` instead of the terminal: the progress line and the
+closing table are the CLI's view, the step output is one path away when something fails, and the
+same events are in the UI.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dagster as dg
 from rich.console import Console
@@ -31,6 +38,7 @@ class RunOutcome:
     failed_steps: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # partitioned assets left out of an unpartitioned run
     metadata: dict[str, dict[str, object]] = field(default_factory=dict)
+    output_log: Path | None = None  # what the steps printed on stdout (dbt's log lines among them)
 
 
 def resolve_selection(defs: dg.Definitions, select: str | None) -> list[dg.AssetKey]:
@@ -66,7 +74,7 @@ def run_assets(select: str | None = None, console: Console | None = None, partit
     """
     console = console or Console(stderr=True)
     wh = open_warehouse()
-    prepare_dagster_env(wh)
+    home = prepare_dagster_env(wh)
     from pipelines.definitions import defs  # after DAGSTER_HOME is set
 
     plain, partitioned = split_partitioned(defs, resolve_selection(defs, select))
@@ -76,7 +84,9 @@ def run_assets(select: str | None = None, console: Console | None = None, partit
         raise SelectionError(f"nothing to run: the selection is all {'un' if partition else ''}partitioned; {hint}")
     job = defs.resolve_implicit_global_asset_job_def()
     run_id = str(uuid.uuid4())
-    with dg.DagsterInstance.get() as instance:
+    output_log = home / "logs" / f"run-{run_id}.log"
+    output_log.parent.mkdir(parents=True, exist_ok=True)
+    with dg.DagsterInstance.get() as instance, output_log.open("w") as step_output:
         box: dict[str, object] = {}
 
         def execute() -> None:
@@ -95,21 +105,30 @@ def run_assets(select: str | None = None, console: Console | None = None, partit
 
         worker = threading.Thread(target=execute, name="gpufabric-run", daemon=True)
         columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=False) as progress:
+        with (
+            Progress(*columns, console=console, transient=False) as progress,
+            contextlib.redirect_stdout(step_output),
+        ):
             task = progress.add_task(f"materializing {len(keys)} asset(s)", total=len(keys))
             worker.start()
             seen: set[str] = set()
             while worker.is_alive():
                 worker.join(0.25)
-                for key in _finished_assets(instance, run_id) - seen:
-                    seen.add(key)
-                    progress.update(task, advance=1, description=f"done: {key}")
+                done = _finished_assets(instance, run_id)
+                running = _running_steps(instance, run_id)
+                progress.update(task, completed=len(done), description=_describe(running, done - seen))
+                seen |= done
             progress.update(task, completed=len(keys), description="finished")
         if "error" in box:
             raise box["error"]  # type: ignore[misc]
         result = box["result"]
         assert isinstance(result, dg.ExecuteInProcessResult)
-        outcome = RunOutcome(run_id=run_id, success=result.success, skipped=[k.to_user_string() for k in skipped])
+        outcome = RunOutcome(
+            run_id=run_id,
+            success=result.success,
+            skipped=[k.to_user_string() for k in skipped],
+            output_log=output_log,
+        )
         for event in result.get_asset_materialization_events():
             mat = event.step_materialization_data.materialization
             key = mat.asset_key.to_user_string()
@@ -117,6 +136,34 @@ def run_assets(select: str | None = None, console: Console | None = None, partit
             outcome.metadata[key] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
         outcome.failed_steps = [e.step_key or "?" for e in result.all_events if e.is_step_failure]
         return outcome
+
+
+def _describe(running: list[str], just_done: set[str]) -> str:
+    """The progress line's text: the steps running now (a dbt build or an SSH sweep can take a
+    minute; the user should see which), else the asset that just finished."""
+    if running:
+        shown = ", ".join(running[:3]) + (f" +{len(running) - 3}" if len(running) > 3 else "")
+        return f"running: {shown}"
+    return f"done: {sorted(just_done)[-1]}" if just_done else "starting"
+
+
+def _running_steps(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """Steps started and not yet ended, in start order."""
+    ended = {dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.STEP_SKIPPED}
+    try:
+        records = instance.all_logs(run_id, of_type={dg.DagsterEventType.STEP_START, *ended})
+    except Exception:  # the run's storage may not be there yet
+        return []
+    running: dict[str, None] = {}
+    for r in records:
+        event = r.dagster_event
+        if event is None or event.step_key is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            running[event.step_key] = None
+        else:
+            running.pop(event.step_key, None)
+    return list(running)
 
 
 def _finished_assets(instance: dg.DagsterInstance, run_id: str) -> set[str]:

@@ -235,6 +235,8 @@ def sim_up(
             )
         try:
             for twin in TWINS:
+                if progress is not None:
+                    progress(f"starting the {twin.name} twin")
                 workdir = out_dir / twin.name
                 workdir.mkdir(parents=True, exist_ok=True)
                 runs.append(twin.start(truth, workdir))

@@ -9,6 +9,7 @@ refused/unreachable -> unreachable, anything else -> error (the message never ca
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -19,6 +20,13 @@ from connectors.ssh.parsers import SOURCE, CliParse, parse_output
 from connectors.ssh.platforms import CommandSpec, command_for
 from core.lldp import Interface, LldpNeighbor, LldpSystem
 from core.quality import CollectionStatus, Quarantined
+
+# paramiko logs a session a switch resets at ERROR on its own logger, and with no handler
+# configured Python's last-resort handler prints it bare on stderr ("Socket exception: Connection
+# reset by peer (104)"). That session's failure is already this collector's status row, so the
+# line is noise; a handler here stops the last resort while a logging config the user sets still
+# sees the record (it propagates as before).
+logging.getLogger("paramiko.transport").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)

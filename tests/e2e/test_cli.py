@@ -17,6 +17,7 @@ import pytest
 
 from connectors.warehouse import data_dir
 from core.publish.kueue import MANAGED_BY
+from pipelines.instance import dagster_home
 from simulator.controlplane import Versions, status
 from simulator.generator import generate
 from simulator.spec import load_spec
@@ -58,6 +59,15 @@ def test_demo_runs_the_pipeline_and_keeps_run_history(warehouse, kube_binaries) 
         first = cli("demo", timeout=900)  # a hang guard: a loaded 2-core machine takes minutes
         assert first.returncode == 0, first.stderr + first.stdout
         assert "128 nodes, 1024 GPUs" in first.stdout
+        # No noise: paramiko's bare "Socket exception" lines for the fault switch that resets SSH
+        # sessions (its status row says it), dbt's log (in the run's output file instead) and its
+        # unused-config warning.
+        for noise in ("Socket exception", "Running with dbt", "unused configuration paths", "START sql"):
+            assert noise not in first.stdout + first.stderr, noise
+        log = re.search(r"run ([0-9a-f-]{36})", first.stdout)
+        assert log is not None
+        step_output = (dagster_home() / "logs" / f"run-{log[1]}.log").read_text()
+        assert "Running with dbt" in step_output and "unused configuration paths" not in step_output
         assert "raw/dcim_inventory" in first.stdout and "nodes_landed=128" in first.stdout
         plane = status(plane_workdir(sim_root))
         assert plane is not None and f"Kubernetes {plane.kubernetes_version} at {plane.server}" in first.stdout
