@@ -24,6 +24,7 @@ from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
 from simulator.twin import alive
 from simulator.up import plane_workdir, sim_down
+from tests.e2e.browser import chromium, click_button, open_page, screenshot
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUFABRIC = [sys.executable, "-m", "pipelines.cli"]
@@ -226,7 +227,7 @@ def _descendants(pid: int) -> set[int]:
 
 
 
-def test_ui_serves_the_assets_and_the_run_history(warehouse, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_ui_serves_the_assets_in_a_browser_runs_from_it_and_stops(warehouse, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     if _dagster_runs(warehouse) == 0:
         assert cli("run").returncode == 0
     port = _free_port()
@@ -260,6 +261,7 @@ def test_ui_serves_the_assets_and_the_run_history(warehouse, tmp_path: Path) -> 
         runs = _graphql(port, "{ runsOrError { ... on Runs { results { runId status } } } }")
         results = runs["data"]["runsOrError"]["results"]  # type: ignore[index]
         assert len(results) == _dagster_runs(warehouse) >= 1
+        _check_in_chromium(port)
         children = _descendants(proc.pid)
         assert children, "dagster dev and its webserver and daemon run below gpufabric ui"
         # Under load, as on a busy CI machine: two CPU burners while it shuts down.
@@ -281,6 +283,55 @@ def test_ui_serves_the_assets_and_the_run_history(warehouse, tmp_path: Path) -> 
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail("gpufabric ui did not stop on SIGTERM")
+
+
+def _check_in_chromium(port: int) -> None:
+    """What a person sees in the UI (issue 24, part 5): the lineage lists every asset group the
+    server has, the topology asset's page shows its description, diagram and checks, and a click on
+    Materialize launches a run that succeeds. Screenshots of each page: tests/e2e/browser.py."""
+    base = f"http://127.0.0.1:{port}"
+    nodes = _graphql(
+        port,
+        "{ assetNodes { assetKey { path } groupName description "
+        "assetChecksOrError { ... on AssetChecks { checks { name } } } } }",
+    )["data"]["assetNodes"]  # type: ignore[index]
+    by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}  # type: ignore[index]
+    topology = by_key["topology/fabric_model"]
+    checks = [c["name"] for c in topology["assetChecksOrError"]["checks"]]
+    assert len(checks) >= 3
+    with chromium() as browser:
+        lineage = open_page(browser, f"{base}/asset-groups", until_text="topology")
+        screenshot(browser, "lineage")
+        assert {n["groupName"] for n in nodes} <= set(lineage.splitlines())
+        page = open_page(browser, f"{base}/assets/topology/fabric_model", until_text=topology["description"])
+        screenshot(browser, "topology-overview")
+        assert "Latest materialization" in page
+        page = open_page(browser, f"{base}/assets/topology/fabric_model?view=checks", until_text=checks[0])
+        screenshot(browser, "topology-checks")
+        assert all(name in page for name in checks), page[:2000]
+        # A run launched from the UI: the cheapest asset (the price book from the site file).
+        before = {r["runId"] for r in _ui_runs(port)}
+        open_page(browser, f"{base}/assets/finops/price_book", until_text=by_key["finops/price_book"]["description"])
+        click_button(browser, "Materialize")
+        deadline = time.monotonic() + 300  # hang guard: the run starts in a process of its own
+        launched: list[dict[str, object]] = []
+        while time.monotonic() < deadline:
+            launched = [r for r in _ui_runs(port) if r["runId"] not in before]
+            if launched and launched[0]["status"] in ("SUCCESS", "FAILURE", "CANCELED"):
+                break
+            time.sleep(1)
+        assert len(launched) == 1, launched
+        run = launched[0]
+        assert {"key": "dagster/from_ui", "value": "true"} in run["tags"]  # type: ignore[operator]
+        open_page(browser, f"{base}/runs/{run['runId']}", until_text=str(run["runId"])[:8])
+        screenshot(browser, "run-from-ui")
+        assert run["status"] == "SUCCESS", run
+
+
+def _ui_runs(port: int) -> list[dict[str, object]]:
+    answer = _graphql(port, "{ runsOrError(limit: 20) { ... on Runs { results { runId status tags { key value } } } } }"
+                      )  # fmt: skip
+    return answer["data"]["runsOrError"]["results"]  # type: ignore[index,no-any-return]
 
 
 def test_db_psql_runs_against_the_warehouse(warehouse) -> None:  # type: ignore[no-untyped-def]
