@@ -346,12 +346,15 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     os.environ["GPUFABRIC_CONFIG"] = str(result.config_path)
     os.environ.setdefault("GPUFABRIC_FINOPS_WATCH_SECONDS", "2")  # one list and a short watch
     os.environ.setdefault("GPUFABRIC_BURST_WATCH_SECONDS", "2")  # the lag asset too
+    agents = _start_demo_agents(result)
+    out.print(f"[bold]2. agents[/] {agents}", soft_wrap=True)
     wh = open_warehouse()
-    out.print(f"[bold]2. warehouse[/] {wh.display_url}")
+    out.print(f"[bold]3. warehouse[/] {wh.display_url}")
     outcome = run_assets(None, console=err)
-    out.print("[bold]3. materialized[/]")
+    out.print("[bold]4. materialized[/]")
     _print_outcome(outcome)
     _print_demo_findings(wh, outcome.run_id)
+    _print_demo_money(wh, cluster="sim")
     out.print(
         "\n[bold]where things are[/]\n"
         f"  site config      {result.config_path}\n"
@@ -368,6 +371,80 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     )
     if not outcome.success:
         raise typer.Exit(1)
+
+
+def _start_demo_agents(result: Any) -> str:
+    """A few agent trees created on the simulated cluster, one API call per pod as an orchestrator
+    makes them (simulator/agents/live.py), so the pod snapshots, the cost fact and the trees' budget
+    usage have something to show. Returns the line the demo prints."""
+    from kubernetes import client, config
+
+    from simulator.agents.live import plan_trees, start_trees
+    from simulator.up import sim_tenants
+
+    if result.kubeconfig is None:
+        return "none (no Kubernetes in this simulation)"
+    api = config.new_client_from_config(config_file=str(result.kubeconfig))
+    try:
+        pods = plan_trees([t["id"] for t in sim_tenants(result.truth)])
+        created = start_trees(client.CoreV1Api(api), pods)
+    finally:
+        api.close()
+    trees = len({p.root_id for p in pods})
+    again = "" if created else " (already there from an earlier demo)"
+    return (f"{len(pods)} pods in {trees} agent trees created on the simulated cluster{again}: planners keep "
+            "running, their sub-agents finish within half a minute")  # fmt: skip
+
+
+def _print_demo_money(wh: Any, cluster: str) -> None:
+    """What the agents cost so far, per client and tier (finops.gpu_cost_hourly, allocation basis),
+    their trees against the budget envelope (agents.tree_usage), and the anomalies judged."""
+    with wh.connect() as conn:
+        by_client = conn.execute(
+            """SELECT coalesce("SubAccountId", '-'), coalesce("x_Tier", '-'), sum("EffectiveCost"),
+                      sum("ConsumedQuantity")
+               FROM finops.gpu_cost_hourly
+               WHERE "x_Cluster" = %s AND "x_CostBasis" = 'allocation' AND "x_LineType" = 'workload'
+               GROUP BY 1, 2 ORDER BY 3 DESC NULLS LAST""",
+            (cluster,),
+        ).fetchall()
+        idle = conn.execute(
+            """SELECT sum("EffectiveCost"), sum("ConsumedQuantity") FROM finops.gpu_cost_hourly
+               WHERE "x_Cluster" = %s AND "x_CostBasis" = 'allocation' AND "x_LineType" = 'idle'""",
+            (cluster,),
+        ).fetchone()
+        trees = conn.execute(
+            """SELECT root_id, client, pods_total, live_pods, gpu_hours, cost_usd FROM agents.tree_usage
+               WHERE %s = ANY(clusters) ORDER BY cost_usd DESC NULLS LAST, root_id LIMIT 5""",
+            (cluster,),
+        ).fetchall()
+        anomalies = conn.execute("SELECT count(*) FROM finops.cost_anomalies").fetchone()
+    table = Table(title=f"cost so far on {cluster} (finops.gpu_cost_hourly, allocation basis)")
+    for col in ("client", "tier", "cost (USD)", "GPU-hours"):
+        table.add_column(col)
+    for client_id, tier, cost, hours in by_client:
+        table.add_row(client_id, tier, f"{cost or 0:.2f}", f"{hours or 0:.3f}")
+    if idle and idle[0] is not None:
+        table.add_row("idle capacity", "-", f"{idle[0]:.2f}", f"{idle[1] or 0:.3f}")
+    out.print(table)
+    if trees:
+        envelope = _demo_envelope()
+        budget = Table(title=f"agent trees against their budget envelope ({envelope}; agents.tree_usage)")
+        for col in ("root", "client", "pods", "live", "GPU-hours", "cost (USD)"):
+            budget.add_column(col)
+        for root_id, client_id, total, live, hours, cost in trees:
+            budget.add_row(root_id[:13], client_id, str(total), str(live), f"{hours:.3f}",
+                           "-" if cost is None else f"{cost:.2f}")  # fmt: skip
+        out.print(budget)
+    count = anomalies[0] if anomalies else 0
+    out.print(f"cost anomalies judged (finops.cost_anomalies): {count}", highlight=False)
+
+
+def _demo_envelope() -> str:
+    from simulator.up import SIM_BUDGET
+
+    default = SIM_BUDGET["envelopes"]["*"]
+    return f"{default['gpu_hours']} GPU-h, ${default['cost_usd']}, {default['max_live_pods']} live pods per tree"
 
 
 def _print_demo_findings(wh: Any, run_id: str) -> None:

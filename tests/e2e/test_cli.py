@@ -70,6 +70,14 @@ def test_demo_runs_the_pipeline_and_keeps_run_history(warehouse, kube_binaries) 
         step_output = (dagster_home() / "logs" / f"run-{log[1]}.log").read_text()
         assert "Running with dbt" in step_output and "unused configuration paths" not in step_output
         assert "raw/dcim_inventory" in first.stdout and "nodes_landed=128" in first.stdout
+        # The story: agent trees run on the cluster, so the snapshots, the cost fact and the trees'
+        # budget usage show money, per client and tier (issue 24, part 3).
+        assert "40 pods in 6 agent trees created on the simulated cluster" in first.stdout
+        landed = re.search(r"pod_rows_landed=(\d+)", first.stdout)
+        assert landed is not None and int(landed[1]) >= 40
+        costs = dict(re.findall(r"│ (globex|initech|umbrella) +│ \S+ +│ (\d+\.\d\d) ", first.stdout))
+        assert set(costs) == {"globex", "initech", "umbrella"} and all(float(c) > 0 for c in costs.values()), costs
+        assert "agent trees against their budget envelope" in first.stdout
         plane = status(plane_workdir(sim_root))
         assert plane is not None and f"Kubernetes {plane.kubernetes_version} at {plane.server}" in first.stdout
         runs_after_first = _dagster_runs(warehouse)
