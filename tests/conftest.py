@@ -137,6 +137,7 @@ def _module_is_standalone(module: str) -> bool:
     return False
 
 
+@pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without the plugin that defines the hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """How ``pytest -n 2`` (what ``make test`` runs) splits the suite between its two workers.
 
