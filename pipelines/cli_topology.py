@@ -3,7 +3,8 @@
 The integrator mounts :data:`app` as ``topology`` and :data:`slurm_app` as ``slurm``. ``show`` and
 ``slurm render`` derive from the warehouse's latest observations first (writing a new version only
 when something changed), so ``gpufabric ingest ibnetdiscover FILE && gpufabric topology show`` works
-with nothing else run; ``--version N`` shows a stored version instead. Expected failures (no
+with nothing else run; ``--version N`` shows a stored version instead; ``--svg FILE`` also writes
+the diagram the topology asset shows in the Dagster UI. Expected failures (no
 warehouse, unknown version, nothing observed) are one red line and exit 1, never a traceback.
 """
 
@@ -13,6 +14,7 @@ import json
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -92,9 +94,14 @@ def _run(fn: Any) -> Any:
 def show(
     as_json: Annotated[bool, typer.Option("--json", help="the JSON contract (docs/topology-json.md)")] = False,
     version: Annotated[int | None, typer.Option(help="a stored version instead of deriving now")] = None,
+    svg: Annotated[Path | None, typer.Option(
+        "--svg", dir_okay=False, help="also write the diagram (tiers, blocks, hosts per leaf, findings) as SVG",
+    )] = None,
 ) -> None:
     """Derive the fabric model from the latest observations and show it (or a stored version)."""
     model, doc, created = _run(lambda: _current(version))
+    if svg is not None:
+        _run(lambda: _write_svg(model, doc, svg))
     gpus = _run(_gpu_maps)
     if as_json:
         for host in doc["hosts"]:  # issue 23: each host's GPU-to-rail map (docs/topology-json.md)
@@ -128,6 +135,21 @@ def show(
         out.print(ft)
     else:
         out.print("no findings")
+
+
+def _write_svg(model: TopologyModel, doc: dict[str, Any], path: Path) -> None:
+    """The same diagram the topology asset shows in the Dagster UI (core.topology.diagram)."""
+    from core.topology.diagram import layout
+    from services.diagrams import topology_svg
+
+    drawn = layout(model, title=f"topology version {doc['version']} ({doc['content_hash'][:12]})")
+    try:
+        path.write_bytes(topology_svg(drawn))
+    except OSError as exc:
+        raise _Fail(f"cannot write {path}: {exc.strerror or exc}") from None
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(drawn.findings_by_kind.items())) or "no findings"
+    err.print(f"diagram written to {path} ({len(drawn.boxes)} boxes; {kinds})", highlight=False, markup=False,
+              soft_wrap=True)
 
 
 @app.command("versions")

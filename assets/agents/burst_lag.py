@@ -4,15 +4,16 @@ and the check that the lag mart's p99 stays within the site's SLO (issue 20, par
 Thin: for every configured cluster at once, list + watch agent pods and Kueue Workloads for
 ``burst.watch_s`` (``connectors.kube.lag.watch_lag``) → one row per pod created since
 ``burst.lookback_s`` before the watch began → one transaction per cluster (``land_collection``:
-rows, quarantined pods, status). The percentiles are dbt's (``efficiency.pod_scheduling_lag_5m``);
-the check reads that mart. No ``from __future__ import annotations``: Dagster reads annotations at
-runtime.
+rows, quarantined pods, status). The percentiles per group are dbt's
+(``efficiency.pod_scheduling_lag_5m``) and the check reads that mart; the asset's metadata also
+carries the run's overall p99 lags as floats, which the Dagster UI plots across runs.
+No ``from __future__ import annotations``: Dagster reads annotations at runtime.
 """
 
 import concurrent.futures as cf
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,6 +44,33 @@ def effective_watch_s(settings: Settings) -> float:
     except ValueError:
         seconds = float("nan")
     return seconds if 0 < seconds <= 86400 else settings.burst.watch_s
+
+
+def percentile_cont(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks: Postgres' ``percentile_cont``, which the lag
+    mart uses, so the asset's number and the mart's agree on the same pods."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def lag_percentiles(pods: Iterable[Any], q: float = 0.99) -> dict[str, float]:
+    """p99 creation -> scheduled and creation -> Running (seconds) over the pods that got there;
+    an entry is left out when no pod did (Dagster plots numbers, not gaps)."""
+    scheduled, running = [], []
+    for p in pods:
+        if p.scheduled_at is not None:
+            scheduled.append((p.scheduled_at - p.created_at).total_seconds())
+        if p.running_at is not None:
+            running.append((p.running_at - p.created_at).total_seconds())
+    pct = round(q * 100)
+    out = {f"scheduled_lag_p{pct}_s": percentile_cont(scheduled, q),
+           f"running_lag_p{pct}_s": percentile_cont(running, q)}  # fmt: skip
+    return {k: round(v, 3) for k, v in out.items() if v is not None}
 
 
 def land_pod_lag(conn: psycopg.Connection, *, run_id: str, cluster: str, collection: LagCollection,
@@ -91,6 +119,7 @@ def k8s_pod_lag(
     statuses: Counter[str] = Counter()
     totals: Counter[str] = Counter()
     kueue: dict[str, bool] = {}
+    landed_pods: list[Any] = []
     # Clusters are watched at once: one window, not one per cluster.
     with cf.ThreadPoolExecutor(max_workers=max(1, len(settings.sources.kubernetes))) as pool:
         futures = {pool.submit(collect, src): src for src in settings.sources.kubernetes}
@@ -115,6 +144,7 @@ def k8s_pod_lag(
                 statuses[str(collection.pods.status)] += 1
                 kueue[src.name] = collection.kueue
                 records = collection.pods.records
+                landed_pods.extend(records)
                 waiting = sum(1 for p in records if p.running_at is None)
                 totals.update(pods=landed, quarantined=held, older=collection.older, not_running=waiting,
                               deleted=sum(1 for p in records if p.deleted),
@@ -131,6 +161,7 @@ def k8s_pod_lag(
         "clusters_by_status": dg.MetadataValue.json(dict(statuses)),
         "kueue_by_cluster": dg.MetadataValue.json(kueue),
         "watch_s": dg.MetadataValue.float(watch_s),
+        **{k: dg.MetadataValue.float(v) for k, v in lag_percentiles(landed_pods).items()},
     })  # fmt: skip
 
 
@@ -213,4 +244,5 @@ defs = dg.Definitions(assets=[k8s_pod_lag], asset_checks=[lag_p99_within_slo], j
                       schedules=[pod_lag_every_minute])  # fmt: skip
 
 __all__ = ["LAG_CHECK", "LAG_MART", "POD_LAG", "defs", "effective_watch_s", "evaluate_lag_slo", "k8s_pod_lag",
-           "lag_p99_within_slo", "land_pod_lag", "pod_lag_every_minute"]  # fmt: skip
+           "lag_p99_within_slo", "lag_percentiles", "land_pod_lag", "percentile_cont",
+           "pod_lag_every_minute"]  # fmt: skip

@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 from dagster_dbt import DbtCliResource, DbtProject, dbt_assets
 
+from assets.dbt.metadata import tidy_event
 from connectors.warehouse import Warehouse
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
@@ -78,7 +79,8 @@ def gpufabric_dbt_models(  # type: ignore[no-untyped-def]
 ):
     """Build (run + test) the selected dbt models against the warehouse the pipeline uses."""
     os.environ.update(warehouse.libpq_env())  # dbt/profiles.yml reads these
-    yield from dbt.cli(["build"], context=context).stream()
+    for event in dbt.cli(["build"], context=context).stream():
+        yield tidy_event(event)  # dbt's per-event boilerplate as one table row (assets/dbt/metadata.py)
 
 
 defs = dg.Definitions(

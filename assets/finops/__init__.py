@@ -1,11 +1,12 @@
-"""FinOps: pod snapshots, agent-tree usage, cost anomalies and their alerts (the cost fact itself
-is dbt: dbt/models/marts/finops)."""
+"""FinOps: pod snapshots, agent-tree usage, cost anomalies and their alerts, the last day's cost as
+a chart (the cost fact itself is dbt: dbt/models/marts/finops)."""
 
 import dagster as dg
 from dagster_dbt import build_dbt_asset_selection
 
 from assets.dbt.assets import gpufabric_dbt_models
 from assets.finops.anomalies import finops_anomalies, finops_anomaly_alerts
+from assets.finops.cost_overview import cost_overview
 from assets.finops.price_book import price_book
 from assets.finops.resources import AlertWebhookResource, FinOpsResource
 from assets.finops.snapshots import k8s_pod_snapshots, land_pod_snapshots
@@ -17,8 +18,8 @@ cost_job = dg.define_asset_job(
         [gpufabric_dbt_models],
         dbt_select="+gpu_cost_hourly cost_anomalies int_finops_reconciliation int_finops_activity_unmatched",
     )
-    | dg.AssetSelection.assets(finops_anomalies, price_book),
-    description="Rebuild the cost fact and judge the latest hours for anomalies.",
+    | dg.AssetSelection.assets(finops_anomalies, price_book, cost_overview),
+    description="Rebuild the cost fact, judge the latest hours for anomalies and chart the last day.",
 )
 pod_snapshots_every_minute = dg.ScheduleDefinition(
     name="finops_pod_snapshots_every_minute",
@@ -36,12 +37,12 @@ cost_every_10_minutes = dg.ScheduleDefinition(
 )
 
 defs = dg.Definitions(
-    assets=[k8s_pod_snapshots, finops_anomalies, price_book],
+    assets=[k8s_pod_snapshots, finops_anomalies, price_book, cost_overview],
     jobs=[pod_snapshots_job, cost_job],
     schedules=[pod_snapshots_every_minute, cost_every_10_minutes],
     sensors=[finops_anomaly_alerts],
     resources={"finops": FinOpsResource(), "alert_webhook": AlertWebhookResource()},
 )
 
-__all__ = ["defs", "finops_anomalies", "finops_anomaly_alerts", "k8s_pod_snapshots", "land_pod_snapshots",
-           "price_book"]
+__all__ = ["cost_overview", "defs", "finops_anomalies", "finops_anomaly_alerts", "k8s_pod_snapshots",
+           "land_pod_snapshots", "price_book"]

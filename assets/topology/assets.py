@@ -5,6 +5,9 @@ Thin: ``store.load_observations`` (warehouse) -> ``core.topology.derive`` (pure)
 the asset (``check_specs``) because they judge exactly the model this materialization derived:
 every compute host has a domain at every level, no domain is over its design size, and no
 finding reaches the configured severity (default ``error``), each with its evidence in metadata.
+The metadata also carries what the UI shows best: the diagram (``core.topology.diagram`` laid out,
+``services.diagrams`` painted, a PNG in markdown), plain ints it plots across materializations
+(switches per tier, hosts, findings per kind, 0 for a kind absent) and the findings as a table.
 No ``from __future__ import annotations`` here: Dagster reads the context annotation at runtime.
 """
 
@@ -15,10 +18,13 @@ from typing import Any
 
 import dagster as dg
 
+from assets.metadata import table
 from connectors.warehouse import Warehouse
 from core.models import Severity
 from core.topology import LEVELS, TopologyConfig, TopologyModel, derive
+from core.topology.diagram import layout, summary
 from core.topology.model import finding_json
+from services.diagrams import markdown_image, topology_png
 from services.topology import load_observations, write_snapshot
 
 KEY = dg.AssetKey(["topology", "fabric_model"])
@@ -26,6 +32,14 @@ CHECK_DOMAINS = "every_host_has_every_domain"
 CHECK_SIZES = "domains_within_design_size"
 CHECK_FINDINGS = "no_findings_at_threshold"
 MAX_EVIDENCE = 50  # items of evidence per check result: metadata must stay readable in the UI
+# Every kind derivation reports gets an entry each run (0 when absent), so the UI's plot of a kind
+# is a continuous line; a kind not listed here still gets its entry when it occurs.
+FINDING_KINDS = (
+    "miscabled_port", "degraded_leaf", "one_sided_link", "speed_width_mismatch", "host_missing_from_fabric",
+    "host_not_in_dcim", "dcim_host_not_in_fabric", "duplicate_name", "unclassified_switch", "invalid_domain",
+    "nvlink_conflict", "no_switches", "unnamed_hca", "default_hostname", "unknown_ca",
+)
+FINDING_COLUMNS = {"severity": "string", "kind": "string", "message": "string", "devices": "string"}
 
 
 class TopologyRunConfig(dg.Config):
@@ -137,9 +151,26 @@ def fabric_model(
             "changes": dg.MetadataValue.json(_summary(written.changes)),
             "rows_quarantined": len(loaded.rejected),
             "unresolved_observations": len(model.inputs.get("unresolved", ())),
+            **picture_metadata(model, f"topology version {written.version}"),
         },
         check_results=check_results(model, cfg.check_severity),
     )  # fmt: skip
+
+
+def picture_metadata(model: TopologyModel, title: str) -> dict[str, Any]:
+    """The diagram, the counts Dagster plots across materializations, and the findings as a table."""
+    kinds = Counter(f.kind for f in model.findings)
+    out: dict[str, Any] = {
+        "diagram": dg.MetadataValue.md(markdown_image(topology_png(layout(model, title=title)), title)),
+        **summary(model),
+        **{f"findings_{k}": kinds.get(k, 0) for k in sorted({*FINDING_KINDS, *kinds})},
+        "findings_table": table(
+            [{"severity": f.severity.value, "kind": f.kind, "message": f.message,
+              "devices": ", ".join(f.devices[:8]) + (" ..." if len(f.devices) > 8 else "")} for f in model.findings],
+            FINDING_COLUMNS, limit=MAX_EVIDENCE,
+        ),
+    }  # fmt: skip
+    return out
 
 
 def _summary(changes: list[Any]) -> dict[str, int]:

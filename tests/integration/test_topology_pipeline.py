@@ -139,6 +139,10 @@ def test_asset_versions_on_change_checks_and_diff(tmp_path: Path, fresh_env: str
     meta = third.asset_materializations_for_node("topology__fabric_model")[0].metadata
     assert (meta["version"].value, meta["new_version"].value) == (2, True)
     assert meta["findings_by_kind"].value == {"miscabled_port": 1}
+    # the UI's picture and plots (issue 24, part 4): the diagram as a markdown image, a count per kind
+    assert meta["diagram"].value.startswith("![topology version 2](data:image/png;base64,iVBORw0KGgo")
+    assert (meta["findings_miscabled_port"].value, meta["findings_degraded_leaf"].value) == (1, 0)
+    assert [r.data["kind"] for r in meta["findings_table"].records] == ["miscabled_port"]
     failed = {c.check_name: c for c in third.get_asset_check_evaluations()}["no_findings_at_threshold"]
     assert failed.passed is False
     (evidence,) = failed.metadata["evidence"].value
