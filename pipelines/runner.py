@@ -133,9 +133,19 @@ def run_assets(select: str | None = None, console: Console | None = None, partit
             mat = event.step_materialization_data.materialization
             key = mat.asset_key.to_user_string()
             outcome.materialized.append(key)
-            outcome.metadata[key] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+            outcome.metadata[key] = {k: _plain(v) for k, v in mat.metadata.items()}
         outcome.failed_steps = [e.step_key or "?" for e in result.all_events if e.is_step_failure]
         return outcome
+
+
+def _plain(value: object) -> object:
+    """A metadata value as the CLI's table shows it: pictures and tables are for the UI, so they
+    are named rather than dumped (a base64 PNG is ~100 KB of text)."""
+    if isinstance(value, dg.TableMetadataValue):
+        return f"<table of {len(value.records)} rows: see the UI>"
+    if isinstance(value, dg.MarkdownMetadataValue) and "data:image/" in (value.md_str or ""):
+        return "<picture: see the UI>"
+    return getattr(value, "value", value)
 
 
 def _describe(running: list[str], just_done: set[str]) -> str:

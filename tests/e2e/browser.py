@@ -86,6 +86,13 @@ def click_button(driver: WebDriver, label: str) -> None:
     WebDriverWait(driver, PAGE_WAIT_S).until(ec.element_to_be_clickable((By.XPATH, xpath))).click()
 
 
+def open_markdown_entry(driver: WebDriver, key: str) -> None:
+    """Open a markdown metadata entry (the UI lists it as "[Show Markdown]" and renders it in a dialog)."""
+    row = driver.find_element(By.XPATH, f"//tr[.//span[normalize-space()='{key}']]")
+    row.find_element(By.XPATH, ".//a[contains(normalize-space(), 'Show Markdown')]").click()
+    WebDriverWait(driver, PAGE_WAIT_S).until(lambda d: any(src.startswith("data:image/") for src in images(d)))
+
+
 def images(driver: WebDriver) -> list[str]:
     """The ``src`` of every image on the page (metadata markdown renders ours inline as data URLs)."""
     return [img.get_attribute("src") or "" for img in driver.find_elements(By.TAG_NAME, "img")]

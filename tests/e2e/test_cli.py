@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
 from simulator.twin import alive
 from simulator.up import plane_workdir, sim_down
-from tests.e2e.browser import chromium, click_button, open_page, screenshot
+from tests.e2e.browser import chromium, click_button, images, open_markdown_entry, open_page, screenshot
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUFABRIC = [sys.executable, "-m", "pipelines.cli"]
@@ -313,7 +314,12 @@ def _check_in_chromium(port: int) -> None:
         assert {n["groupName"] for n in nodes} <= set(lineage.splitlines())
         page = open_page(browser, f"{base}/assets/topology/fabric_model", until_text=topology["description"])
         screenshot(browser, "topology-overview")
-        assert "Latest materialization" in page
+        assert "Latest materialization" in page and "findings_table" in page
+        # The fabric diagram (issue 24, part 4): a PNG in the asset's metadata, drawn by the browser.
+        open_markdown_entry(browser, "diagram")
+        screenshot(browser, "topology-diagram")
+        pngs = [src for src in images(browser) if src.startswith("data:image/png;base64,")]
+        assert len(pngs) == 1 and base64.b64decode(pngs[0].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
         page = open_page(browser, f"{base}/assets/topology/fabric_model?view=checks", until_text=checks[0])
         screenshot(browser, "topology-checks")
         assert all(name in page for name in checks), page[:2000]
