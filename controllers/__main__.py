@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
+
     from controllers.budget_reconciler import BudgetReconciler
     from controllers.reaper import Reaper
 
@@ -50,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     reaper.add_argument("--cap", type=int, default=200)
     reaper.add_argument("--prefix", default="gpufabric.io")
     reaper.add_argument("--namespace")
+    reaper.add_argument("--health-port", type=_port, default=0, help="serve /healthz and /readyz here (0: off)")
     budget = sub.add_parser(
         "budget-reconciler",
         help="stop agent trees whose measured spend crossed their envelope",
@@ -67,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "--stop-deadline", type=_positive_int, help="activeDeadlineSeconds when stopping (default: the site file)"
     )
     budget.add_argument("--once", action="store_true", help="run one pass and exit")
+    budget.add_argument("--health-port", type=_port, default=0, help="serve /healthz and /readyz here (0: off)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations at start-up: only problems matter
@@ -138,6 +142,7 @@ def _reaper(args: argparse.Namespace) -> int:
         period_s=args.period,
         namespace=args.namespace,
     )
+    probes = _probes(loop, args.health_port)
     stop.attach(loop)
     mode = "dry run" if loop.dry_run else "deleting"
     log.info("orphan reaper started (%s, every %ss, grace %ss, at most %d deletes per pass)", mode, loop.period_s,
@@ -145,6 +150,8 @@ def _reaper(args: argparse.Namespace) -> int:
     try:
         loop.run()
     finally:
+        if probes is not None:
+            probes.shutdown()
         api.close()
         warehouse.dispose()
     log.info("orphan reaper stopped after %d passes (%d failed)", loop.passes, loop.errors)
@@ -159,6 +166,22 @@ def _positive(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
     return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a port number from 0 to 65535")
+    return int(text)
+
+
+def _probes(loop: Reaper | BudgetReconciler, port: int) -> ThreadingHTTPServer | None:
+    """Give the loop a heartbeat and, with a port, serve the kubelet's probes from it."""
+    if not port:
+        return None
+    from controllers.health import Heartbeat, serve
+
+    loop.heartbeat = Heartbeat(period_s=loop.period_s)
+    return serve(loop.heartbeat, port)
 
 
 def _positive_int(text: str) -> int:
@@ -219,8 +242,13 @@ def _budget_reconciler(args: argparse.Namespace) -> int:
         result = loop.run_pass()
         api.close()
         return 0 if result is not None else 1
-    loop.run()
-    api.close()
+    probes = _probes(loop, args.health_port)
+    try:
+        loop.run()
+    finally:
+        if probes is not None:
+            probes.shutdown()
+        api.close()
     logging.getLogger("gpufabric.budget").info("budget reconciler stopped after %d passes", loop.passes)
     return 0
 

@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
 from connectors.warehouse.ledger import audit, read_tree, set_state, sync_tree_usage
+from controllers.health import Heartbeat
 from core.budget import BudgetConfig, LivePod, PodPhase, Step, enforcement_plan
 
 log = logging.getLogger("gpufabric.budget")
@@ -106,7 +107,7 @@ def reconcile_once(
         raw = core.list_namespaced_pod(
             tree.namespace, label_selector=f"{config.key('root-id')}={root}", _preload_content=False
         )
-        items = json.loads(raw.data).get("items", [])  # type: ignore[attr-defined]  # raw urllib3 response
+        items = json.loads(raw.data).get("items", [])  # type: ignore[attr-defined,unused-ignore]  # raw urllib3 response
         pods = [p for p in (_live_pod(o, config) for o in items) if p is not None]
         if pod_created is not None:
             pods = [
@@ -193,6 +194,7 @@ class BudgetReconciler:
     passes: int = 0
     errors: int = 0
     last_error: str = ""
+    heartbeat: Heartbeat | None = None  # ticked once per pass of :meth:`run` (controllers/health.py)
     _conn: psycopg.Connection | None = None
     _audited: set[tuple[str, str, str]] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -235,7 +237,9 @@ class BudgetReconciler:
         try:
             while not self._stop.is_set() and not (until is not None and until()):
                 started = time.monotonic()
-                self.run_pass()
+                result = self.run_pass()
+                if self.heartbeat is not None:
+                    self.heartbeat.tick(ok=result is not None)
                 self._stop.wait(max(0.0, self.period_s - (time.monotonic() - started)))
         finally:
             if self._conn is not None:

@@ -46,6 +46,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from connectors.kube.watch import ListWatch
+from controllers.health import Heartbeat, serve
 from core.budget import TreeEnvelope
 from core.burst import (
     GATE,
@@ -126,7 +127,7 @@ class LeaderElector:
                     "metadata": {"name": self.name, "namespace": self.namespace},
                     "spec": self._spec(now, now, 0)}  # fmt: skip
             try:
-                coordination.create_namespaced_lease(self.namespace, body, _preload_content=False)  # type: ignore[arg-type]
+                coordination.create_namespaced_lease(self.namespace, body, _preload_content=False)  # type: ignore[arg-type,unused-ignore]
             except ApiException as lost:
                 if lost.status == 409:  # another candidate created it first
                     return
@@ -147,7 +148,7 @@ class LeaderElector:
         acquired = now if taking or not spec.get("acquireTime") else _time(spec["acquireTime"])
         lease["spec"] = self._spec(acquired, now, transitions)
         try:
-            coordination.replace_namespaced_lease(self.name, self.namespace, lease, _preload_content=False)  # type: ignore[arg-type]
+            coordination.replace_namespaced_lease(self.name, self.namespace, lease, _preload_content=False)  # type: ignore[arg-type,unused-ignore]
         except ApiException as exc:
             if exc.status == 409:  # the record changed since our read: someone renewed or took it
                 self._renewed_at = None
@@ -324,6 +325,7 @@ class BurstAdmission:
     passes: int = 0
     errors: int = 0
     released_total: int = 0
+    heartbeat: Heartbeat | None = None  # ticked every loop turn, leading or following (controllers/health.py)
     _recent: dict[str, float] = field(default_factory=dict)  # uid -> when we released it (monotonic)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -466,6 +468,8 @@ class BurstAdmission:
                 if not self.elector.leading:
                     if self._pods is not None:
                         self._stop_watches()  # a follower holds no copy of the cluster
+                    if self.heartbeat is not None:
+                        self.heartbeat.tick()  # following is this replica's job: alive and ready
                     self._stop.wait(renew_s)
                     continue
                 if self._pods is None:
@@ -473,11 +477,15 @@ class BurstAdmission:
                     assert self._pods is not None and self._nodes is not None
                     self._pods.synced.wait(30)
                     self._nodes.synced.wait(30)
+                ok = True
                 try:
                     self.run_pass()
                 except Exception:  # a bug in one pass must not end leadership silently: log, count, go on
                     self.errors += 1
+                    ok = False
                     log.exception("burst admission pass failed")
+                if self.heartbeat is not None:
+                    self.heartbeat.tick(ok=ok)
                 self._wake.wait(renew_s)
                 time.sleep(0.05)  # coalesce a flurry of watch events into one pass
                 self._wake.clear()
@@ -548,11 +556,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period", type=float, default=2.0, help="seconds between passes when nothing changes")
     parser.add_argument("--max-release", type=int, default=500, help="gates removed per pass at most")
     parser.add_argument("--prefix", default="gpufabric.io")
+    parser.add_argument("--health-port", type=int, default=0,
+                        help="serve /healthz and /readyz on this port (0: off)")
     parser.add_argument("--envelopes", action=argparse.BooleanOptionalAction, default=True,
                         help="hold trees over their budget envelope (reads the ledger in the warehouse)")
     args = parser.parse_args(argv)
-    if args.lease_duration < 2 or args.period <= 0 or args.max_release < 1:
-        print("burst-admission: --lease-duration >= 2, --period > 0 and --max-release >= 1", file=sys.stderr)
+    if args.lease_duration < 2 or args.period <= 0 or args.max_release < 1 or not 0 <= args.health_port <= 65535:
+        print("burst-admission: --lease-duration >= 2, --period > 0, --max-release >= 1 and --health-port in "
+              "0..65535", file=sys.stderr)  # fmt: skip
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stopping: list[BurstAdmission] = []
@@ -590,6 +601,9 @@ def main(argv: list[str] | None = None) -> int:
         elector.identity = args.identity
     loop = BurstAdmission(api, elector, envelope_of=envelopes or (lambda _root: None), prefix=args.prefix,
                           namespace=args.namespace, period_s=args.period, max_release=args.max_release)  # fmt: skip
+    # The loop ticks every renew period (at most the period, at most a third of the Lease).
+    loop.heartbeat = Heartbeat(period_s=max(0.2, min(args.period, args.lease_duration / 3)))
+    probes = serve(loop.heartbeat, args.health_port) if args.health_port else None
     stopping.append(loop)
     if requested:
         loop.stop()
@@ -598,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loop.run()
     finally:
+        if probes is not None:
+            probes.shutdown()
         if envelopes is not None:
             envelopes.close()
         api.close()

@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from connectors.kube.agents import Clock, PassReport, reap_once, utcnow
 from connectors.kube.watch import ListWatch
 from connectors.warehouse import Warehouse, copy_rows
+from controllers.health import Heartbeat
 from core.orphans import AUDIT_COLUMNS, AUDIT_TABLE, Action, Decision, OrphanPolicy, RootState, audit_rows
 
 log = logging.getLogger("gpufabric.reaper")
@@ -62,6 +63,7 @@ class Reaper:
     errors: int = 0
     last_error: str = ""
     watcher: ListWatch | None = None  # the pod watch while :meth:`run` runs (its stats show re-lists)
+    heartbeat: Heartbeat | None = None  # ticked once per pass of :meth:`run` (controllers/health.py)
     _audited: set[tuple[str, str, str]] = field(default_factory=set)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -115,7 +117,9 @@ class Reaper:
         try:
             while not self._stop.is_set() and not (until is not None and until()):
                 started: datetime = self.clock()
-                self.run_pass()
+                report = self.run_pass()
+                if self.heartbeat is not None:
+                    self.heartbeat.tick(ok=report is not None)
                 elapsed = (self.clock() - started).total_seconds()
                 self._wake.wait(max(0.0, self.period_s - elapsed))
                 self._wake.clear()

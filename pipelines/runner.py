@@ -61,8 +61,17 @@ def resolve_selection(defs: dg.Definitions, select: str | None) -> list[dg.Asset
 def split_partitioned(defs: dg.Definitions, keys: list[dg.AssetKey]) -> tuple[list[dg.AssetKey], list[dg.AssetKey]]:
     """(unpartitioned, partitioned) keys: a run has one partition key, so partitioned assets run
     only when one is given (``--partition``), as a separate run from the rest."""
+    from assets.lldp.partitions import PARTITION_SET
+
     graph = defs.resolve_asset_graph()
-    partitioned = [k for k in keys if graph.get(k).partitions_def is not None]
+
+    def needs_key(key: dg.AssetKey) -> bool:
+        # Switch groups split LLDP collection into runs for scale-out; a run without a group
+        # collects every switch (assets/lldp/partitions.py), which is what `gpufabric run` wants.
+        partitions = graph.get(key).partitions_def
+        return partitions is not None and getattr(partitions, "name", None) != PARTITION_SET
+
+    partitioned = [k for k in keys if needs_key(k)]
     return [k for k in keys if k not in partitioned], partitioned
 
 
@@ -77,8 +86,14 @@ def run_assets(select: str | None = None, console: Console | None = None, partit
     home = prepare_dagster_env(wh)
     from pipelines.definitions import defs  # after DAGSTER_HOME is set
 
-    plain, partitioned = split_partitioned(defs, resolve_selection(defs, select))
-    keys, skipped = (partitioned, plain) if partition else (plain, partitioned)
+    selected = resolve_selection(defs, select)
+    plain, partitioned = split_partitioned(defs, selected)
+    if partition:  # every partitioned asset of the selection, switch groups included, for that key
+        graph = defs.resolve_asset_graph()
+        keys = [k for k in selected if graph.get(k).partitions_def is not None]
+        skipped = [k for k in selected if k not in keys]
+    else:
+        keys, skipped = plain, partitioned
     if not keys:
         hint = "give --partition KEY" if not partition else "leave out --partition"
         raise SelectionError(f"nothing to run: the selection is all {'un' if partition else ''}partitioned; {hint}")
@@ -95,6 +110,7 @@ def run_assets(select: str | None = None, console: Console | None = None, partit
                     instance=instance,
                     asset_selection=keys,
                     run_id=run_id,
+                    partition_key=partition,
                     raise_on_error=False,
                     # The progress bar is the CLI's view; Dagster's per-event console log is in the UI.
                     run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},

@@ -15,6 +15,7 @@ from typing import Any
 import dagster as dg
 import psycopg
 
+from assets.lldp.partitions import PARTITION_SET, SWITCH_GROUPS, SWITCH_GROUPS_KEY, switches_for_run
 from assets.lldp.resources import SnmpCollectorResource
 from connectors.snmp import CollectionStats, LldpCollection, SnmpTarget, collect
 from connectors.warehouse import Warehouse
@@ -103,7 +104,12 @@ def collect_and_land(
     group_name="ethernet",
     kinds={"snmp", "postgres"},
     description="LLDP neighbour tables of every switch, walked over SNMP and landed untouched "
-    "(one row per neighbour per port per poll); also raw.snmp_interfaces and raw.snmp_systems.",
+    "(one row per neighbour per port per poll); also raw.snmp_interfaces and raw.snmp_systems. "
+    "Partitioned by switch group (one run per group); an unpartitioned run polls every switch.",
+    partitions_def=SWITCH_GROUPS,
+    # No backfill_policy: Dagster's default launches one run per partition, so a group's retry
+    # or backfill never re-polls another group's switches.
+    deps=[SWITCH_GROUPS_KEY],
 )
 def lldp_neighbor_observations(
     context: dg.AssetExecutionContext,
@@ -112,8 +118,10 @@ def lldp_neighbor_observations(
     snmp_collector: SnmpCollectorResource,
 ) -> dg.MaterializeResult:
     settings = site
-    switches = [s for s in settings.sources.switches if s.snmp is not None]
-    if not switches:
+    switches, groups = switches_for_run(
+        context, settings, [s for s in settings.sources.switches if s.snmp is not None]
+    )
+    if not switches and not groups:
         context.log.warning("no switches with SNMP settings (sources.switches in %s)", settings.source_path)
     options = snmp_collector.options(settings.sources.collection.concurrency)
     stats = CollectionStats()
@@ -122,6 +130,7 @@ def lldp_neighbor_observations(
     return dg.MaterializeResult(
         metadata={
             "switches": dg.MetadataValue.int(counts["devices"]),
+            "switch_groups": dg.MetadataValue.json(groups or "all"),
             "switches_by_status": dg.MetadataValue.json(counts["statuses"]),
             "neighbors_landed": dg.MetadataValue.int(counts["neighbors"]),
             "interfaces_landed": dg.MetadataValue.int(counts["interfaces"]),
@@ -132,12 +141,19 @@ def lldp_neighbor_observations(
     )
 
 
-lldp_job = dg.define_asset_job("lldp_discovery", selection=[lldp_neighbor_observations])
+lldp_job = dg.define_asset_job("lldp_discovery", selection=[lldp_neighbor_observations])  # partitioned as the asset
 
-lldp_schedule = dg.ScheduleDefinition(
+
+@dg.schedule(
     name="lldp_every_15_minutes",
     job=lldp_job,
     cron_schedule="*/15 * * * *",
     default_status=dg.DefaultScheduleStatus.STOPPED,
-    description="Poll every switch's LLDP table over SNMP every 15 minutes.",
+    description="Poll every switch's LLDP table over SNMP every 15 minutes: one run per switch group.",
 )
+def lldp_schedule(context: dg.ScheduleEvaluationContext) -> dg.SkipReason | list[dg.RunRequest]:
+    keys = context.instance.get_dynamic_partitions(PARTITION_SET)
+    if not keys:
+        return dg.SkipReason("no switch groups yet: materialize the switch_groups asset first")
+    tick = context.scheduled_execution_time.strftime("%Y%m%dT%H%M") if context.scheduled_execution_time else "now"
+    return [dg.RunRequest(run_key=f"{key}@{tick}", partition_key=key) for key in keys]

@@ -20,6 +20,7 @@ from typing import Any
 import dagster as dg
 import psycopg
 
+from assets.lldp.partitions import SWITCH_GROUPS, SWITCH_GROUPS_KEY, switches_for_run
 from connectors.lldpctl import HostFilter, parse_lldpctl
 from connectors.ssh import CliCollection, SshOptions, SshTarget, collect
 from connectors.ssh.collector import status_of
@@ -147,13 +148,16 @@ def land_lldpctl_files(
     kinds={"ssh", "postgres"},
     description="LLDP neighbour tables of every switch with SSH settings, collected over the CLI "
     "(structured output where the NOS has it, TextFSM otherwise) into raw.lldp_neighbor_observations "
-    "with collector 'cli'.",
+    "with collector 'cli'. Partitioned by switch group like the SNMP asset (the same groups); an "
+    "unpartitioned run collects every switch.",
+    partitions_def=SWITCH_GROUPS,
+    deps=[SWITCH_GROUPS_KEY],
 )
 def lldp_cli_observations(
     context: dg.AssetExecutionContext, warehouse: dg.ResourceParam[Warehouse], site: dg.ResourceParam[Settings]
 ) -> dg.MaterializeResult:
     settings = site
-    switches = [s for s in settings.sources.switches if s.ssh is not None]
+    switches, groups = switches_for_run(context, settings, [s for s in settings.sources.switches if s.ssh is not None])
     collection = settings.sources.collection
     done = Counter[str]()
 
@@ -170,6 +174,7 @@ def lldp_cli_observations(
     return dg.MaterializeResult(
         metadata={
             "switches": dg.MetadataValue.int(counts["devices"]),
+            "switch_groups": dg.MetadataValue.json(groups or "all"),
             "switches_by_status": dg.MetadataValue.json(counts["statuses"]),
             "neighbors_landed": dg.MetadataValue.int(counts["neighbors"]),
             "rows_quarantined": dg.MetadataValue.int(counts["quarantined"]),

@@ -176,7 +176,7 @@ class Orchestrator:
                             lease_duration_s=self.lease_duration_s, prefix=self.prefix, clock=self.clock)
 
     def _create(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        created: Any = self.core.create_namespaced_pod(self.namespace, manifest,  # type: ignore[arg-type]
+        created: Any = self.core.create_namespaced_pod(self.namespace, manifest,  # type: ignore[arg-type,unused-ignore]
                                                        _preload_content=False)
         result: dict[str, Any] = json.loads(created.data)
         return result

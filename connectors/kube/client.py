@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -163,25 +164,96 @@ def apply(
         query.append(("force", "true"))
     if dry_run:
         query.append(("dryRun", "All"))
-    method, url, headers, body, _ = api.param_serialize(
-        method="PATCH",
-        resource_path=object_path(obj, subresource),
-        query_params=query,
-        header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
-        body=obj,
-        auth_settings=["BearerToken"],
-    )
+    path = object_path(obj, subresource)
     for attempt in range(MAX_THROTTLE_RETRIES + 1):
-        response = api.call_api(method, url, headers, body)
-        response.read()
-        if 200 <= response.status <= 299:
-            result: dict[str, Any] = json.loads(response.data or b"{}")
+        response = send(api, "PATCH", path, query=query, body=obj, content_type=APPLY_CONTENT_TYPE)
+        if response.ok:
+            result: dict[str, Any] = response.json()
             return result
-        wait = _retry_after(response.status, response.getheader("Retry-After"))
+        wait = _retry_after(response.status, response.header("Retry-After"))
         if wait is None or attempt == MAX_THROTTLE_RETRIES:
-            raise ApiException(http_resp=response)
+            raise response.error()
         time.sleep(wait)
     raise AssertionError("unreachable")  # the loop returns or raises
+
+
+@dataclass(frozen=True)
+class Response:
+    """An API server's answer, read whole, the same whatever the client's major version."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str]
+    data: bytes
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status <= 299
+
+    def header(self, name: str) -> str | None:
+        wanted = name.lower()
+        return next((v for k, v in self.headers.items() if k.lower() == wanted), None)
+
+    def json(self) -> Any:
+        return json.loads(self.data or b"{}")
+
+    def error(self) -> ApiException:
+        """The ``ApiException`` the generated API methods raise for this answer: ``status``,
+        ``reason``, ``headers`` and ``body`` as text (kubernetes 37 decodes it; 36 left bytes)."""
+        exc = ApiException(status=self.status, reason=self.reason)
+        exc.body = self.data.decode("utf-8", errors="replace")
+        exc.headers = dict(self.headers)
+        return exc
+
+
+def send(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: Sequence[tuple[str, str]] = (),
+    body: Any = None,
+    content_type: str = "application/json",
+) -> Response:
+    """One request to ``path`` on the client's server, authenticated as the client is; any HTTP
+    status comes back as a :class:`Response` (only a transport failure raises).
+
+    Built from pieces both kubernetes 36.x and 37.x have (dagster-k8s 0.29.27, which pairs with
+    our Dagster, requires ``kubernetes<37``): ``ApiClient.param_serialize`` exists only from 37,
+    and ``ApiClient.call_api`` changed signature and meaning between them (36: path, method and
+    all the generated options, returning deserialized data; 37: a prepared method and URL,
+    returning the raw response). ``RESTClientObject.request(method, url, headers=, body=)`` is
+    common to both; 36 raises ``ApiException`` on a non-2xx answer where 37 returns it, so both
+    outcomes are folded into one ``Response``.
+    """
+    url = api.configuration.host + path
+    headers: dict[str, str] = {"Accept": "application/json", "Content-Type": content_type}
+    headers.update(api.default_headers)  # User-Agent, and any header the caller set on the client
+    if api.cookie:
+        headers["Cookie"] = api.cookie
+    query = list(query)
+    # The configuration's auth settings, as the generated methods apply them (``BearerToken``:
+    # a static token, or one an exec/OIDC kubeconfig refreshes through ``refresh_api_key_hook``).
+    # Client certificates live in the connection pool, not here.
+    for setting in api.configuration.auth_settings().values():
+        if setting.get("value") is None:
+            continue
+        if setting["in"] == "header":
+            headers[setting["key"]] = setting["value"]
+        elif setting["in"] == "query":
+            query.append((setting["key"], setting["value"]))
+    if query:
+        url += "?" + urlencode(query)
+    payload = api.sanitize_for_serialization(body) if body is not None else None
+    try:
+        raw = api.rest_client.request(method, url, headers=headers, body=payload)
+    except ApiException as exc:
+        if not exc.status:  # status 0: TLS or request-building failure, no answer to fold
+            raise
+        data = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+        return Response(int(exc.status), str(exc.reason or ""), dict(exc.headers or {}), data)
+    data = raw.read() if hasattr(raw, "read") else raw.data  # 37 reads the body on demand; 36 preloads it
+    return Response(int(raw.status), str(raw.reason or ""), dict(raw.getheaders() or {}), bytes(data or b""))
 
 
 def _retry_after(status: int, header: str | None) -> float | None:

@@ -23,12 +23,12 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from connectors.kube.client import RESOURCE_PATHS, apply, object_path
+from connectors.kube.client import RESOURCE_PATHS, apply, object_path, send
 from connectors.kube.pods import list_nodes_raw
 from core.publish.diff import NodeDiff, NodeState, diff_nodes
 from core.publish.kueue import API_VERSION, MANAGED_BY, object_key
@@ -108,7 +108,7 @@ class Plan:
         }
 
 
-NodeLike = client.V1Node | Mapping[str, Any]
+NodeLike: TypeAlias = client.V1Node | Mapping[str, Any]  # an alias on kubernetes 36 (untyped) and 37
 
 
 def _node_parts(n: NodeLike) -> tuple[str, dict[str, str], list[dict[str, Any]], dict[str, str], dict[str, str]]:
@@ -217,17 +217,12 @@ def namespace_object(name: str, manager: str) -> dict[str, Any]:
 
 def _read(api: client.ApiClient, obj: Mapping[str, Any]) -> dict[str, Any] | None:
     """The object as the server holds it now, or None when there is none."""
-    method, url, headers, body, _ = api.param_serialize(
-        method="GET", resource_path=object_path(dict(obj)), header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )  # fmt: skip
-    response = api.call_api(method, url, headers, body)
-    response.read()
+    response = send(api, "GET", object_path(dict(obj)))
     if response.status == 404:
         return None
-    if not 200 <= response.status <= 299:
-        raise ApiException(http_resp=response)
-    found: dict[str, Any] = json.loads(response.data or b"{}")
+    if not response.ok:
+        raise response.error()
+    found: dict[str, Any] = response.json()
     return found
 
 

@@ -96,7 +96,8 @@ class ReplaceBefore:
     controller decided on the old pod; the API server must refuse the request (a delete's uid
     precondition: 409 Conflict) and keep the new pod.
 
-    ``wrap(api)`` returns ``api`` with its ``call_api`` patched; ``new_uid`` is set once the
+    ``wrap(api)`` returns ``api`` with its REST client's ``request`` patched (kubernetes 36 and 37
+    both send every call through it, with the method and URL first); ``new_uid`` is set once the
     replacement happened."""
 
     def __init__(self, other: Any, namespace: str, name: str, method: str = "DELETE") -> None:
@@ -105,15 +106,15 @@ class ReplaceBefore:
         self.new_uid = ""
 
     def wrap(self, api: Any) -> Any:
-        send = api.call_api
+        send = api.rest_client.request
         path = f"/api/v1/namespaces/{self.namespace}/pods/{self.name}"
 
-        def call_api(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             if method == self.method and url.split("?")[0].endswith(path) and not self.new_uid:
                 self._replace()
             return send(method, url, *args, **kwargs)
 
-        api.call_api = call_api
+        api.rest_client.request = request
         return api
 
     def _replace(self) -> None:
