@@ -62,9 +62,11 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from connectors.warehouse.embedded import EmbeddedPostgresError
     from pipelines.runner import SelectionError
     from settings import SettingsError
+    from simulator.budget_webhook import WebhookError
     from simulator.spec import SpecError
 
-    return (WarehouseError, EmbeddedPostgresError, SelectionError, SettingsError, SpecError, FileNotFoundError)
+    return (WarehouseError, EmbeddedPostgresError, SelectionError, SettingsError, SpecError, WebhookError,
+            FileNotFoundError)  # fmt: skip
 
 
 def clear_errors(fn: F) -> F:
@@ -346,15 +348,15 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     os.environ["GPUFABRIC_CONFIG"] = str(result.config_path)
     os.environ.setdefault("GPUFABRIC_FINOPS_WATCH_SECONDS", "2")  # one list and a short watch
     os.environ.setdefault("GPUFABRIC_BURST_WATCH_SECONDS", "2")  # the lag asset too
-    agents = _start_demo_agents(result)
-    out.print(f"[bold]2. agents[/] {agents}", soft_wrap=True)
     wh = open_warehouse()
-    out.print(f"[bold]3. warehouse[/] {wh.display_url}")
+    out.print(f"[bold]2. warehouse[/] {wh.display_url}")
+    agents = _start_demo_agents(result, wh)
+    out.print(f"[bold]3. agents[/] {agents}", soft_wrap=True)
     outcome = run_assets(None, console=err)
     out.print("[bold]4. materialized[/]")
     _print_outcome(outcome)
     _print_demo_findings(wh, outcome.run_id)
-    _print_demo_money(wh, cluster="sim")
+    _print_demo_money(wh, cluster="sim", settlement=outcome.metadata.get("agents/budget_settlement", {}))
     out.print(
         "\n[bold]where things are[/]\n"
         f"  site config      {result.config_path}\n"
@@ -373,32 +375,48 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
         raise typer.Exit(1)
 
 
-def _start_demo_agents(result: Any) -> str:
+def _start_demo_agents(result: Any, wh: Any) -> str:
     """A few agent trees created on the simulated cluster, one API call per pod as an orchestrator
-    makes them (simulator/agents/live.py), so the pod snapshots, the cost fact and the trees' budget
-    usage have something to show. Returns the line the demo prints."""
+    makes them (simulator/agents/live.py), in a namespace the budget webhook governs: the webhook
+    (our process, registered as deploy/budget ships it) reserves each agent's budget in the ledger
+    as the API server admits it. The demo waits for the sub-agents to finish, so settlement has
+    finished agents to settle. Returns the line the demo prints."""
     from kubernetes import client, config
 
-    from simulator.agents.live import plan_trees, start_trees
-    from simulator.up import sim_tenants
+    from connectors.warehouse import data_dir
+    from simulator.agents.live import plan_trees, start_trees, wait_finished
+    from simulator.budget_webhook import budget_webhook
+    from simulator.controlplane import status
+    from simulator.up import SIM_BUDGET, plane_workdir
 
-    if result.kubeconfig is None:
+    plane = status(plane_workdir(data_dir() / "sim")) if result.kubeconfig is not None else None
+    if plane is None:
         return "none (no Kubernetes in this simulation)"
+    namespace = SIM_BUDGET["governed_namespaces"][0]
+    pods = plan_trees([namespace])
     api = config.new_client_from_config(config_file=str(result.kubeconfig))
+    core = client.CoreV1Api(api)
+    log = data_dir() / "sim" / "budget-webhook.log"
     try:
-        pods = plan_trees([t["id"] for t in sim_tenants(result.truth)])
-        created = start_trees(client.CoreV1Api(api), pods)
+        with err.status("starting the budget webhook and registering it with the API server") as live:
+            with budget_webhook(plane, site_config=result.config_path, database_url=wh.libpq_url,
+                                namespace=namespace, log=log):  # fmt: skip
+                live.update(f"creating {len(pods)} agent pods in {namespace} (the webhook admits each)")
+                created = start_trees(core, pods)
+            live.update("waiting for the sub-agents to finish (the planners keep running)")
+            wait_finished(core, [p for p in pods if p.parent_id is not None])
     finally:
         api.close()
     trees = len({p.root_id for p in pods})
     again = "" if created else " (already there from an earlier demo)"
-    return (f"{len(pods)} pods in {trees} agent trees created on the simulated cluster{again}: planners keep "
-            "running, their sub-agents finish within half a minute")  # fmt: skip
+    return (f"{len(pods)} pods in {trees} agent trees created in namespace {namespace}{again}, each admitted "
+            "by the budget webhook with a reservation; the sub-agents have finished, the planners run on")
 
 
-def _print_demo_money(wh: Any, cluster: str) -> None:
+def _print_demo_money(wh: Any, cluster: str, settlement: dict[str, Any]) -> None:
     """What the agents cost so far, per client and tier (finops.gpu_cost_hourly, allocation basis),
-    their trees against the budget envelope (agents.tree_usage), and the anomalies judged."""
+    their trees against the budget envelope (agents.tree_usage), the budget settlement of this run,
+    and the anomalies judged."""
     with wh.connect() as conn:
         by_client = conn.execute(
             """SELECT coalesce("SubAccountId", '-'), coalesce("x_Tier", '-'), sum("EffectiveCost"),
@@ -436,6 +454,15 @@ def _print_demo_money(wh: Any, cluster: str) -> None:
             budget.add_row(root_id[:13], client_id, str(total), str(live), f"{hours:.3f}",
                            "-" if cost is None else f"{cost:.2f}")  # fmt: skip
         out.print(budget)
+    if settlement:
+        out.print(
+            f"budget settlement (agents/budget_settlement): {settlement.get('settled', 0)} finished agents' "
+            f"reservations replaced by measured cost (${settlement.get('spent_cost_usd', 0):.2f}, "
+            f"{settlement.get('spent_gpu_hours', 0):.3f} GPU-h; {settlement.get('released_gpu_hours', 0):.2f} "
+            f"reserved GPU-h released), {settlement.get('reservations_open', 0) - settlement.get('settled', 0)} "
+            "still reserved (agents still running)",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
     count = anomalies[0] if anomalies else 0
     out.print(f"cost anomalies judged (finops.cost_anomalies): {count}", highlight=False)
 

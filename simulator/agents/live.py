@@ -17,6 +17,7 @@ the wall clock except the absolute TTL each pod carries for the reaper.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,7 +33,7 @@ TREE_KINDS: tuple[tuple[str, str, str], ...] = (
     ("umbrella", "eval", "batch"),
 )
 ROOT_RUN_S = 3600.0  # roots outlive the demo: the snapshot sees them Running
-CHILD_RUN_S = (8.0, 25.0)  # children finish while the demo's assets run
+CHILD_RUN_S = (3.0, 10.0)  # children finish within seconds: the demo waits for them (wait_finished)
 
 
 @dataclass(frozen=True)
@@ -113,3 +114,23 @@ def start_trees(core: Any, pods: Sequence[LivePod], *, prefix: str = "gpufabric.
             continue
         created.append(pod.name)
     return created
+
+
+def wait_finished(core: Any, pods: Sequence[LivePod], *, timeout_s: float = 180.0) -> None:
+    """Until every pod of ``pods`` has ended (Succeeded or Failed); the timeout only guards against
+    a hang (TimeoutError names the pods still going)."""
+    wanted = {(p.namespace, p.name) for p in pods}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        going = set()
+        for namespace in {ns for ns, _ in wanted}:
+            for item in core.list_namespaced_pod(namespace).items:
+                key = (namespace, item.metadata.name)
+                if key in wanted and (item.status.phase or "Pending") not in ("Succeeded", "Failed"):
+                    going.add(key)
+        if not going:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(sorted(f"{ns}/{n}" for ns, n in going)[:10])
+            raise TimeoutError(f"{len(going)} agent pods still not finished after {timeout_s:.0f} s: {names}")
+        time.sleep(0.5)

@@ -19,6 +19,7 @@ import pytest
 from connectors.warehouse import data_dir
 from core.publish.kueue import MANAGED_BY
 from pipelines.instance import dagster_home
+from simulator.agents.live import plan_trees
 from simulator.controlplane import Versions, status
 from simulator.generator import generate
 from simulator.spec import load_spec
@@ -73,7 +74,15 @@ def test_demo_runs_the_pipeline_and_keeps_run_history(warehouse, kube_binaries) 
         assert "raw/dcim_inventory" in first.stdout and "nodes_landed=128" in first.stdout
         # The story: agent trees run on the cluster, so the snapshots, the cost fact and the trees'
         # budget usage show money, per client and tier (issue 24, part 3).
-        assert "40 pods in 6 agent trees created on the simulated cluster" in first.stdout
+        agents = plan_trees(["agents"])
+        roots = [p for p in agents if p.parent_id is None]
+        assert f"{len(agents)} pods in {len(roots)} agent trees created in namespace agents, each admitted " \
+            "by the budget webhook" in first.stdout
+        # The webhook reserved each agent in the ledger; the sub-agents finished before the run, so
+        # settlement replaced their reservations with measured cost; the planners still run.
+        settled = re.search(r"budget settlement \(agents/budget_settlement\): (\d+) finished agents'", first.stdout)
+        assert settled is not None and int(settled[1]) == len(agents) - len(roots), first.stdout[-3000:]
+        assert f"{len(roots)} still reserved (agents still running)" in first.stdout
         landed = re.search(r"pod_rows_landed=(\d+)", first.stdout)
         assert landed is not None and int(landed[1]) >= 40
         costs = dict(re.findall(r"│ (globex|initech|umbrella) +│ \S+ +│ (\d+\.\d\d) ", first.stdout))
