@@ -49,7 +49,7 @@ FACT_COLUMNS = (
     "ContractedUnitPrice", "ListCost", "EffectiveCost", "SubAccountId", "SubAccountName", "Tags",
     "x_CostBasis", "x_LineType", "x_Cluster", "x_Namespace", "x_Node", "x_GpuModel", "x_Task",
     "x_AgentType", "x_Tier", "x_RootId", "x_ParentId", "x_Depth", "x_MigProfile", "x_MigWeightPolicy",
-    "x_GpuUnits", "x_Seconds", "x_Efficiency", "x_ActivityMeasured", "x_CapacityGpuHours",
+    "x_GpuUnits", "x_Seconds", "x_Efficiency", "x_ActivityMeasured", "x_CapacityGpuHours", "x_IdleReason",
 )
 
 EXTENSIONS = tuple(c for c in FACT_COLUMNS if c.startswith("x_"))

@@ -1,6 +1,8 @@
 """MIG layouts onto a cluster: plan from the nodes, apply window by window through publish's
-machinery, read mig-manager's progress back (issue 21); shared by ``gpufabric mig`` and the asset."""
+machinery, read mig-manager's progress back (issue 21); shared by ``gpufabric mig`` and the asset.
+``history`` turns the warehouse's history into slice demand (``core.mig.sizing``)."""
 
+from services.mig.history import history_demands, read_history
 from services.mig.service import (
     ApplyOutcome,
     ClusterView,
@@ -19,5 +21,6 @@ from services.mig.service import (
 
 __all__ = [
     "ApplyOutcome", "ClusterView", "MigConfig", "MigRefused", "NodeStatus", "apply", "apply_window",
-    "config_from_settings", "plan_cluster", "read_cluster", "rollback", "status", "wait_window",
+    "config_from_settings", "history_demands", "plan_cluster", "read_cluster", "read_history", "rollback", "status",
+    "wait_window",
 ]  # fmt: skip

@@ -64,6 +64,11 @@
   {%- set priced_before = "left join (select null::numeric as \"ContractedUnitPrice\", null::numeric as \"ListUnitPrice\", null::text as \"BillingCurrency\", null::timestamptz as \"ChargePeriodStart\", null::text as \"ResourceId\", null::text as \"x_Node\") as ex on false and " -%}
 {%- endif %}
 
+{#- Idle capacity belongs to the node's owner (its owner label, stg_k8s_node_snapshots), else to
+    the site's idle owner (var finops_idle_owner), else to no one (SubAccountId NULL). -#}
+{%- set idle_owner = var('finops_idle_owner', none) -%}
+{%- set idle_owner_sql = "null::text" if idle_owner is none else "'" ~ (idle_owner | string | replace("'", "''")) ~ "'::text" %}
+
 with pod_hours as (
     select * from {{ ref('int_finops_pod_hours') }} where {{ window }}
 ),
@@ -143,7 +148,13 @@ idle as (
         nh.gpu_model,
         bl.basis,
         nh.gpu_count::numeric as capacity,
-        nh.gpu_count - coalesce(sum(w.quantity), 0) as quantity
+        nh.gpu_count - coalesce(sum(w.quantity), 0) as quantity,
+        coalesce(max(nh.owner), {{ idle_owner_sql }}) as owner,
+        max(nh.mig_layout) as mig_layout,
+        max(nh.mig_layout_issue) as mig_layout_issue,
+        max(nh.mig_weight_policy) as mig_weight_policy,
+        max(nh.weight_denominator) as weight_denominator,
+        max(nh.stranded_slice_units) as stranded_slice_units
     from node_hours as nh
     cross join bases_list as bl
     left join workload as w on w.cluster = nh.cluster and w.node = nh.node and w.hour = nh.hour and w.basis = bl.basis
@@ -151,12 +162,53 @@ idle as (
     group by 1, 2, 3, 4, 5, 6
 ),
 
+{#- Stranded MIG slices (issue 21, part 5; docs/mig.md "Cost"): the compute slices of a node's
+    MIG GPUs that no instance covers are a line of their own, at their slice share under the
+    weight policy (stranded slices / 7 GPU-hours), rounded once; the rest of the idle capacity
+    (free whole GPUs, instances no pod holds) is the 'unallocated' line. The stranded line never
+    exceeds the idle capacity (pods seen on a layout that changed within the hour), so the two
+    still sum to capacity - workload exactly. -#}
+stranded as (
+    select
+        i.*,
+        -- least/greatest skip NULLs: a node without a readable layout must strand nothing
+        case when i.stranded_slice_units > 0 then greatest(least(
+            div(2 * i.stranded_slice_units * 1000000000 + i.weight_denominator, 2 * i.weight_denominator)
+                * 0.000000001,
+            i.quantity
+        ), 0) else 0 end as stranded_quantity
+    from idle as i
+),
+
+idle_lines as (
+    select
+        s.cluster, s.node, s.hour, s.gpu_model, s.basis, s.owner, s.mig_layout, s.mig_layout_issue,
+        'unallocated' as reason,
+        s.cluster || '/' || s.node as resource_id,
+        s.quantity - s.stranded_quantity as quantity,
+        s.capacity,
+        null::numeric as gpu_units,
+        null::text as mig_weight_policy
+    from stranded as s
+    union all
+    select
+        s.cluster, s.node, s.hour, s.gpu_model, s.basis, s.owner, s.mig_layout, s.mig_layout_issue,
+        'stranded-mig',
+        s.cluster || '/' || s.node || '/stranded-mig',
+        s.stranded_quantity,
+        null::numeric,
+        s.stranded_slice_units::numeric / s.weight_denominator,
+        s.mig_weight_policy
+    from stranded as s
+    where s.stranded_slice_units > 0
+),
+
 idle_priced as (
     select
         i.*,
         coalesce(ex."ListUnitPrice", rc.list_usd_per_gpu_hour) as list_usd_per_gpu_hour,
         coalesce(ex."BillingCurrency", rc.currency) as currency
-    from idle as i
+    from idle_lines as i
     left join lateral (
         select r.list_unit_price as list_usd_per_gpu_hour, r.currency
         from book as r
@@ -165,7 +217,7 @@ idle_priced as (
         order by r.effective_from desc
         limit 1
     ) as rc on true
-    {{ priced_before }} ex."ChargePeriodStart" = i.hour and ex."ResourceId" = i.cluster || '/' || i.node
+    {{ priced_before }} ex."ChargePeriodStart" = i.hour and ex."ResourceId" = i.resource_id
         and ex."x_Node" = i.node
 )
 
@@ -215,7 +267,8 @@ select
     w.seconds::numeric(38, 6) as "x_Seconds",
     w.activity::numeric(6, 4) as "x_Efficiency",
     w.measured::boolean as "x_ActivityMeasured",
-    null::numeric(38, 9) as "x_CapacityGpuHours"
+    null::numeric(38, 9) as "x_CapacityGpuHours",
+    null::text as "x_IdleReason"
 from workload as w
 left join {{ ref('clients') }} as c on c.client_id = w.client
 
@@ -226,13 +279,16 @@ select
     i.hour + interval '1 hour',
     coalesce(i.currency, (select min(currency) from book), 'USD'),
     'Usage',
-    'Idle GPU capacity of ' || i.node,
+    case i.reason
+        when 'stranded-mig' then 'MIG compute slices of ' || i.node || ' no instance covers (' || i.mig_layout || ')'
+        else 'Idle GPU capacity of ' || i.node
+    end,
     'gpufabric',
     'GPU compute',
     'Compute',
-    i.cluster || '/' || i.node,
+    i.resource_id,
     i.node,
-    'Idle GPU capacity',
+    case i.reason when 'stranded-mig' then 'Stranded MIG slices' else 'Idle GPU capacity' end,
     i.quantity::numeric(38, 9),
     'GPU-Hours',
     i.quantity::numeric(38, 18),
@@ -241,9 +297,11 @@ select
     i.list_usd_per_gpu_hour::numeric(12, 4),
     (div(2 * i.quantity * i.list_usd_per_gpu_hour * 1000000000 + 1, 2) * 0.000000001)::numeric(38, 9),
     (div(2 * i.quantity * i.list_usd_per_gpu_hour * 1000000000 + 1, 2) * 0.000000001)::numeric(38, 9),
-    null,
-    null,
-    jsonb_build_object('cluster', i.cluster, 'node', i.node),
+    i.owner,
+    c.display_name,
+    jsonb_strip_nulls(jsonb_build_object(
+        'cluster', i.cluster, 'node', i.node, 'mig-layout', i.mig_layout, 'mig-layout-issue', i.mig_layout_issue
+    )),
     i.basis,
     'idle',
     i.cluster,
@@ -257,10 +315,13 @@ select
     null,
     null,
     null,
+    i.mig_weight_policy,
+    -- no typmod: the workload branch's numeric(38, 9) and this must union to the contract's plain numeric
+    round(i.gpu_units, 9),
     null,
     null,
     null,
-    null,
-    null,
-    i.capacity::numeric(38, 9)
+    i.capacity::numeric(38, 9),
+    i.reason
 from idle_priced as i
+left join {{ ref('clients') }} as c on c.client_id = i.owner
