@@ -47,11 +47,24 @@ def _expected() -> tuple[type[BaseException], ...]:
 
 
 def _context(config: Path | None, cluster: str | None) -> tuple[Any, Any]:
+    """The cluster source and the MIG config; with ``mig.history_hours`` set, its demand completed
+    by the warehouse's history (as the ``mig/plan`` asset does)."""
+    from datetime import UTC, datetime
+
     from pipelines.cli_publish import _settings, _source
-    from services.mig import config_from_settings
+    from services.mig import config_from_settings, with_history
 
     settings = _settings(config)
-    return _source(settings, cluster), config_from_settings(settings)
+    source, cfg = _source(settings, cluster), config_from_settings(settings)
+    if settings.mig.history_hours is not None:
+        from connectors.warehouse import open_warehouse
+
+        with open_warehouse().connect() as conn:
+            cfg, sized = with_history(cfg, conn, hours=settings.mig.history_hours, now=datetime.now(UTC),
+                                      cluster=source.name)  # fmt: skip
+        for line in (sized.skipped if sized else []):
+            _say(f"note: history: {line}")
+    return source, cfg
 
 
 def describe_plan(result: Any) -> list[str]:

@@ -983,6 +983,9 @@ class MigSettings(_Model):
     config_prefix: Annotated[str, Field(min_length=1, max_length=50, pattern=_MIG_PREFIX_RE)] = "gpufabric"
     apply_timeout_s: Annotated[float, Field(gt=0, le=86400, allow_inf_nan=False)] = 900.0
     """How long one window may take before a node not at ``success`` is reported stuck."""
+    history_hours: Annotated[int, Field(ge=1, le=24 * 366)] | None = None
+    """When set, the plan's demand is the site file's completed by the last ``history_hours`` of the
+    warehouse (cost fact and DCGM framebuffer use; ``services.mig.history``); site-file slices win."""
 
     @field_validator("tenants")
     @classmethod

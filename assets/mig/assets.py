@@ -8,11 +8,14 @@ a success. Planning writes nothing; ``gpufabric mig apply`` applies.
 No ``from __future__ import annotations`` here: Dagster reads the annotations at runtime.
 """
 
+from datetime import UTC, datetime
+
 import dagster as dg
 
 from connectors.kube import api_client
+from connectors.warehouse import Warehouse
 from core.mig.apply import plan_summary
-from services.mig import MigRefused, config_from_settings, plan_cluster
+from services.mig import MigRefused, config_from_settings, plan_cluster, with_history
 from settings import Settings
 
 KEY = dg.AssetKey(["mig", "plan"])
@@ -24,11 +27,18 @@ KEY = dg.AssetKey(["mig", "plan"])
     kinds={"kubernetes"},
     description="Per-GPU MIG layouts serving the site's tenant demand, with windows and stranded slices.",
 )
-def mig_plan(context: dg.AssetExecutionContext, site: dg.ResourceParam[Settings]) -> dg.MaterializeResult:
+def mig_plan(
+    context: dg.AssetExecutionContext, site: dg.ResourceParam[Settings], warehouse: dg.ResourceParam[Warehouse]
+) -> dg.MaterializeResult:
     sources = site.sources.kubernetes
     if not sources:  # as publish/cluster_state: a site without a cluster has nothing to partition
         return dg.MaterializeResult(metadata={"cluster": "(none: sources.kubernetes is empty)"})
     cfg = config_from_settings(site)
+    history = None
+    if site.mig.history_hours is not None:  # the site's demand completed by the warehouse's history
+        with warehouse.connect() as conn:
+            cfg, history = with_history(cfg, conn, hours=site.mig.history_hours, now=datetime.now(UTC),
+                                        cluster=sources[0].name)  # fmt: skip
     with api_client(sources[0]) as api:
         try:
             result, view = plan_cluster(api, cfg)
@@ -52,6 +62,11 @@ def mig_plan(context: dg.AssetExecutionContext, site: dg.ResourceParam[Settings]
             "stranded_memory_slices": summary["stranded"]["memory_slices"],
             "diff": dg.MetadataValue.json(summary["diff"]),
             "plan": dg.MetadataValue.json(summary),
+            **({} if history is None else {
+                "history_hours": site.mig.history_hours,
+                "history_sized": dg.MetadataValue.json([str(x) for x in history.sized]),
+                "history_skipped": dg.MetadataValue.json(history.skipped),
+            }),
         }
     )
 

@@ -14,9 +14,11 @@ Two sources, one window ``[since, until)``:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 
@@ -100,3 +102,14 @@ def history_demands(conn: psycopg.Connection, site: Sequence[TenantDemand], *, s
     sized = demands_from_history(read_history(conn, since=since, until=until, cluster=cluster), classes, policy,
                                  default_isolation=Isolation.MIG)
     return merge_demands(site, sized.demands), sized
+
+
+def with_history(cfg: Any, conn: psycopg.Connection, *, hours: int | None, now: datetime,
+                 cluster: str | None = None) -> tuple[Any, HistoryDemand | None]:
+    """``cfg`` (a ``MigConfig``) with its demand completed by the last ``hours`` of history, and
+    the sizing's result for metadata; ``cfg`` unchanged when ``hours`` is None (the site file only)."""
+    if hours is None:
+        return cfg, None
+    demands, sized = history_demands(conn, cfg.demands, since=now - timedelta(hours=hours), until=now,
+                                     cluster=cluster)  # fmt: skip
+    return dataclasses.replace(cfg, demands=demands), sized

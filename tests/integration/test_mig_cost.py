@@ -36,7 +36,8 @@ from core.mig.demand import SliceRequest, TenantDemand
 from core.mig.sizing import SizingPolicy
 from core.telemetry import parse_matrix
 from services.finops_export import export_focus, load_currency_codes, read_focus
-from services.mig.history import history_demands, read_history
+from services.mig import MigConfig
+from services.mig.history import history_demands, read_history, with_history
 from services.price_book import load_price_book, run_dbt
 from settings import load_settings
 
@@ -253,6 +254,16 @@ def test_history_sizes_slices_from_rates_and_framebuffer(built: tuple[list[dict[
     assert set(by_tenant["initech"].requests) == {
         SliceRequest("H100-80GB", 4, memory_gib=36.0), SliceRequest("H100-80GB", 1, whole_gpu=True)}
     assert sized.skipped == []
+    # What mig/plan and `gpufabric mig plan` do with mig.history_hours: the config's demand completed
+    # from the window ending now (24 h after T0 here), unchanged without it.
+    cfg = MigConfig(demands=site, max_per_window=3)
+    with wh.connect() as conn:
+        same, none = with_history(cfg, conn, hours=None, now=until)
+        planned, from_history = with_history(cfg, conn, hours=24, now=until)
+        expected, _ = history_demands(conn, site, since=since, until=until)  # the default sizing policy
+    assert same is cfg and none is None
+    assert from_history is not None and planned.max_per_window == 3
+    assert planned.demands == expected and planned.demands != site
 
 
 def test_owned_and_stranded_idle_lines_pass_the_focus_1_2_rules(built: tuple[list[dict[str, Any]], Warehouse],
