@@ -9,6 +9,7 @@ attribution labels defaulted to ``unattributed`` and recorded as issues.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -186,9 +187,12 @@ def _list_raw(list_call: Any) -> tuple[list[dict[str, Any]], str]:
             return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def list_pods_raw(api: client.ApiClient) -> PodList:
-    """Every pod in every namespace, with the list's resourceVersion."""
-    return PodList(*_list_raw(client.CoreV1Api(api).list_pod_for_all_namespaces))
+def list_pods_raw(api: client.ApiClient, field_selector: str | None = None) -> PodList:
+    """Every pod in every namespace (or those ``field_selector`` keeps), with the list's resourceVersion."""
+    call = client.CoreV1Api(api).list_pod_for_all_namespaces
+    if field_selector:
+        return PodList(*_list_raw(functools.partial(call, field_selector=field_selector)))
+    return PodList(*_list_raw(call))
 
 
 def list_nodes_raw(api: client.ApiClient) -> list[dict[str, Any]]:

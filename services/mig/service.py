@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from connectors.kube.pods import list_nodes_raw
+from connectors.kube.pods import list_nodes_raw, list_pods_raw
 from connectors.kube.publish import (
     BlastRadiusExceeded,
     ObjectChange,
@@ -44,6 +44,7 @@ from core.mig.demand import SliceRequest, TenantDemand
 from core.mig.migparted import MigConfigError, MigPartedConfig, load_config
 from core.mig.planner import PlanResult
 from core.mig.planner import plan as plan_layouts
+from core.mig.training import training_nodes
 
 PREVIOUS_ANNOTATION = "gpufabric.io/mig-previous-labels"
 POLL_S = 0.25
@@ -94,6 +95,12 @@ class ClusterView:
     configmap: dict[str, Any] | None
     config: MigPartedConfig | None
     notes: list[str]
+    training: frozenset[str] = frozenset()  # nodes running a training job's pods: never reconfigured
+
+
+# Bound pods that have not finished: what may be running on a GPU now (core.mig.training decides which
+# are a training job's).
+_BOUND_UNFINISHED = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
 def read_cluster(api: client.ApiClient, cfg: MigConfig) -> ClusterView:
@@ -116,13 +123,17 @@ def read_cluster(api: client.ApiClient, cfg: MigConfig) -> ClusterView:
             config = load_config(text)
         except MigConfigError as exc:
             notes.append(f"ConfigMap {cfg.ref.namespace}/{cfg.ref.name}: {exc}; current layouts taken as MIG disabled")
-    return ClusterView(nodes, labels, owned, configmap, config, notes)
+    training = training_nodes(list_pods_raw(api, _BOUND_UNFINISHED).pods)
+    if training:
+        notes.append(f"{len(training)} node(s) run a training job's pods and keep their layout: "
+                     + ", ".join(sorted(training)[:10]) + (" ..." if len(training) > 10 else ""))  # fmt: skip
+    return ClusterView(nodes, labels, owned, configmap, config, notes, training)
 
 
 def plan_cluster(api: client.ApiClient, cfg: MigConfig) -> tuple[PlanResult, ClusterView]:
     """The plan from the nodes' current layouts (``plan`` prints it; ``apply`` applies its first window)."""
     view = read_cluster(api, cfg)
-    gpus, notes = mig.current_gpus(view.labels, view.config)
+    gpus, notes = mig.current_gpus(view.labels, view.config, view.training)
     view.notes += notes
     if not gpus:
         raise MigRefused("no node of a modelled MIG GPU in the cluster (GFD labels nvidia.com/gpu.product and .count)")

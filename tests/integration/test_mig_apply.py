@@ -171,7 +171,7 @@ def test_blast_guard_refuses_too_many_nodes(plane) -> None:  # type: ignore[no-u
         client.CoreV1Api(api).read_namespaced_config_map(CFG.ref.name, CFG.ref.namespace)
 
 
-def test_cli_plan_dry_run_status_and_the_asset(plane, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_cli_plan_dry_run_status_and_the_asset(plane, warehouse, kube_namespace, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import dagster as dg
     import yaml
     from typer.testing import CliRunner
@@ -190,8 +190,17 @@ def test_cli_plan_dry_run_status_and_the_asset(plane, tmp_path, monkeypatch) -> 
     config.write_text(yaml.safe_dump(site))
     monkeypatch.setenv("GPUFABRIC_CONFIG", str(config))
     runner = CliRunner()
+    # A training job's rank on mig-n7 (bound there, the node agent runs it): its GPUs keep their layout.
+    rank = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "rank-0", "labels": {"gpufabric.io/workload": "training"}},
+            "spec": {"nodeName": "mig-n7", "restartPolicy": "Never", "containers": [
+                {"name": "trainer", "image": "train", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}  # fmt: skip
+    client.CoreV1Api(api).create_namespaced_pod(kube_namespace, rank)
 
     shown = runner.invoke(app, ["plan"])
+    assert "note: 1 node(s) run a training job's pods and keep their layout: mig-n7" in shown.output, shown.output
+    on_training = [line for line in shown.output.splitlines() if line.startswith("mig-n7 gpu")]
+    assert len(on_training) == 8 and all(line.endswith(" training") for line in on_training), on_training
     assert shown.exit_code == 0, shown.output
     assert "mig-n0 gpu0:" in shown.output and "window 1:" in shown.output and "stranded:" in shown.output
     assert "14x1g.10gb" not in shown.output  # 1g.10gb instances are 7 a GPU at most
@@ -206,7 +215,7 @@ def test_cli_plan_dry_run_status_and_the_asset(plane, tmp_path, monkeypatch) -> 
     listed = runner.invoke(app, ["status"])
     assert listed.exit_code == 0 and "8 unset" in listed.output, listed.output
 
-    done = dg.materialize([mig_plan], resources={"site": load_settings(config)})
+    done = dg.materialize([mig_plan], resources={"site": load_settings(config), "warehouse": warehouse})
     meta: Any = done.asset_materializations_for_node("mig__plan")[0].metadata
     assert meta["gpus_used"].value > 0 and meta["windows"].value >= 2
     assert any("MIG disabled -> " in line for line in meta["diff"].value)
@@ -217,4 +226,4 @@ def test_cli_plan_dry_run_status_and_the_asset(plane, tmp_path, monkeypatch) -> 
     failed = runner.invoke(app, ["plan"])
     assert failed.exit_code == 1 and "unmet: big:" in failed.output
     with pytest.raises(dg.Failure, match="demand line\\(s\\) unmet"):
-        dg.materialize([mig_plan], resources={"site": load_settings(config)})
+        dg.materialize([mig_plan], resources={"site": load_settings(config), "warehouse": warehouse})
