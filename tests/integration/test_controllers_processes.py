@@ -295,6 +295,12 @@ def test_topology_webhook_stops_cleanly_on_signals(
 # -- the orphan reaper ------------------------------------------------------------------------------
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _reaper(kubeconfig: Path, database_url: str, log: Path, *extra: str, sigint_ignored: bool = False) -> Proc:
     return _spawn(["reaper", "--kubeconfig", str(kubeconfig), "--period", "0.5", "--grace", "1", *extra], log,
                   sigint_ignored=sigint_ignored, env={"GPUFABRIC_DATABASE_URL": database_url})  # fmt: skip
@@ -351,11 +357,17 @@ def test_reaper_process_dry_run_then_deleting_orphans_with_its_audit(
     # Dry run by default: the orphans are audited as would_delete, nothing is deleted. Started as
     # a background job is (SIGINT ignored) and stopped by SIGINT.
     as_deployed = fresh.as_deployed("gpufabric-reaper")
-    dry = _reaper(as_deployed, fresh_database_url, tmp_path / "dry.log", sigint_ignored=True)
+    health = _free_port()  # the probes deploy/reaper points the kubelet at (controllers/health.py)
+    dry = _reaper(as_deployed, fresh_database_url, tmp_path / "dry.log", "--health-port", str(health),
+                  sigint_ignored=True)  # fmt: skip
     try:
         dry.wait_for_log("orphan reaper started (dry run")
         wait_for("would_delete rows for every orphan",
                  lambda: {p for p, a, *_ in _audit(fresh_database_url) if a == "would_delete"} == orphans)
+        # Passes have run: live (the loop ticks) and ready (the last pass worked).
+        for probe in ("/healthz", "/readyz"):
+            answer = httpx.get(f"http://127.0.0.1:{health}{probe}", timeout=10)
+            assert answer.status_code == 200, (probe, answer.text)
         code, out = dry.stop(signal.SIGINT)
     finally:
         dry.kill()
