@@ -13,11 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import ElementClickInterceptedException, TimeoutException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -74,22 +75,39 @@ def open_page(driver: WebDriver, url: str, *, until_text: str) -> str:
             f"{url} did not show {until_text!r} within {PAGE_WAIT_S} s; it shows: "
             f"{driver.find_element(By.TAG_NAME, 'body').text[:1500]}"
         ) from None
-    skip = driver.find_elements(By.XPATH, "//button[normalize-space()='Skip']")
-    if skip:
-        skip[0].click()
+    _dismiss_dialogs(driver)
     return driver.find_element(By.TAG_NAME, "body").text
+
+
+def _dismiss_dialogs(driver: WebDriver) -> None:
+    # Dagster's first-visit community dialog; it can also open a moment after the page renders.
+    for skip in driver.find_elements(By.XPATH, "//button[normalize-space()='Skip']"):
+        if skip.is_displayed():
+            skip.click()
+
+
+def click(driver: WebDriver, element: WebElement) -> None:
+    """Click ``element`` as a person would: scrolled to the middle of the window first. When an
+    overlay still sits on it (a toast, a dialog that opened late, the sticky header on a small
+    window), dismiss what can be dismissed and click it through the DOM, as the page would."""
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+    try:
+        element.click()
+    except ElementClickInterceptedException:
+        _dismiss_dialogs(driver)
+        driver.execute_script("arguments[0].click();", element)
 
 
 def click_button(driver: WebDriver, label: str) -> None:
     """Click the (first) enabled button whose visible label is ``label``."""
     xpath = f"//button[normalize-space()='{label}' or .//span[normalize-space()='{label}']]"
-    WebDriverWait(driver, PAGE_WAIT_S).until(ec.element_to_be_clickable((By.XPATH, xpath))).click()
+    click(driver, WebDriverWait(driver, PAGE_WAIT_S).until(ec.element_to_be_clickable((By.XPATH, xpath))))
 
 
 def open_markdown_entry(driver: WebDriver, key: str) -> None:
     """Open a markdown metadata entry (the UI lists it as "[Show Markdown]" and renders it in a dialog)."""
     row = driver.find_element(By.XPATH, f"//tr[.//span[normalize-space()='{key}']]")
-    row.find_element(By.XPATH, ".//a[contains(normalize-space(), 'Show Markdown')]").click()
+    click(driver, row.find_element(By.XPATH, ".//a[contains(normalize-space(), 'Show Markdown')]"))
     WebDriverWait(driver, PAGE_WAIT_S).until(lambda d: any(src.startswith("data:image/") for src in images(d)))
 
 
