@@ -134,5 +134,5 @@ class ReplaceBefore:
                 "spec": {"containers": [{k: c[k] for k in ("name", "image", "resources") if k in c}
                                         for c in old["spec"]["containers"]],
                          "restartPolicy": "Never"}}  # fmt: skip
-        created: Any = core.create_namespaced_pod(self.namespace, body, _preload_content=False)  # type: ignore[arg-type]
+        created: Any = core.create_namespaced_pod(self.namespace, body, _preload_content=False)
         self.new_uid = str(json.loads(created.data)["metadata"]["uid"])

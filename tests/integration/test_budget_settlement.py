@@ -26,12 +26,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from assets.finops.snapshots import land_pod_snapshots
 from connectors.kube.pods import node_snapshot, parse_pods
 from connectors.warehouse import Warehouse, open_warehouse
 from connectors.warehouse.ledger import admit, read_tree
 from connectors.warehouse.settlement import settle_finished
 from core.budget import BudgetConfig, Envelope, PodRequest, SettlementPolicy, parse_pod
+from services.pod_snapshots import land_pod_snapshots
 from tests.integration.test_finops_week import load_test_price_book
 
 pytestmark = pytest.mark.integration

@@ -34,7 +34,6 @@ from psycopg.rows import dict_row
 
 from assets.finops.anomalies import detect_anomalies, finops_anomaly_alerts
 from assets.finops.resources import AlertWebhookResource
-from assets.finops.snapshots import land_pod_snapshots
 from connectors.kube.pods import node_snapshot, parse_pods
 from connectors.prometheus.storage import land_samples
 from connectors.warehouse import Warehouse, open_warehouse
@@ -43,6 +42,7 @@ from core.finops.money import RateCard, round_line
 from core.finops.price_book import build_price_book
 from core.telemetry import parse_matrix
 from pipelines.resources import WarehouseResource
+from services.pod_snapshots import land_pod_snapshots
 from services.price_book import load_price_book
 from settings import load_settings
 from simulator.agents import SimWeek, runaway_tree, simulate_week

@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 from psycopg.rows import dict_row
 
-from assets.finops.snapshots import land_pod_snapshots
 from connectors.kube.pods import node_snapshot, parse_pods
 from connectors.prometheus.storage import land_samples
 from connectors.warehouse import Warehouse, open_warehouse
@@ -38,6 +37,7 @@ from core.telemetry import parse_matrix
 from services.finops_export import export_focus, load_currency_codes, read_focus
 from services.mig import MigConfig
 from services.mig.history import history_demands, read_history, with_history
+from services.pod_snapshots import land_pod_snapshots
 from services.price_book import load_price_book, run_dbt
 from settings import load_settings
 
