@@ -8,7 +8,21 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import affinity, agents, dbt, dcim, finops, infiniband, lldp, lldp_cli, mig, publish, telemetry, topology
+from assets import (
+    affinity,
+    agents,
+    dbt,
+    dcim,
+    finops,
+    infiniband,
+    lldp,
+    lldp_cli,
+    mig,
+    placement,
+    publish,
+    telemetry,
+    topology,
+)
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
 # A job holds one partitions definition: the LLDP collectors' switch groups (a launch without a group
@@ -36,6 +50,7 @@ defs = dg.Definitions.merge(
     affinity.defs,
     publish.defs,
     mig.defs,
+    placement.defs,
     finops.defs,
     agents.defs,
     dbt.defs,

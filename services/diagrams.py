@@ -40,7 +40,7 @@ FOOTER_LINE_IN = 0.2
 
 
 @contextmanager
-def _style() -> Iterator[None]:
+def chart_style() -> Iterator[None]:
     with _LOCK, rc_context(_RC):
         yield
 
@@ -53,7 +53,7 @@ def _save(fig: Figure, fmt: str, dpi: float) -> bytes:
     return buf.getvalue()
 
 
-def _fit_png(fig: Figure) -> bytes:
+def fit_png(fig: Figure) -> bytes:
     """The sharpest PNG under MAX_PNG_BYTES (the last try is returned even if it is over)."""
     png = b""
     for dpi in PNG_DPI:
@@ -151,13 +151,13 @@ def _topology_figure(d: Diagram) -> Figure:
 
 
 def topology_svg(d: Diagram) -> bytes:
-    with _style():
+    with chart_style():
         return _save(_topology_figure(d), "svg", 72)
 
 
 def topology_png(d: Diagram) -> bytes:
-    with _style():
-        return _fit_png(_topology_figure(d))
+    with chart_style():
+        return fit_png(_topology_figure(d))
 
 
 # --- bar charts -----------------------------------------------------------------------------
@@ -184,5 +184,5 @@ def _bars_figure(title: str, panels: Sequence[tuple[str, Mapping[str, float]]], 
 def bar_panels_png(title: str, panels: Sequence[tuple[str, Mapping[str, float]]], unit: str,
                    top: int = 12) -> bytes:  # fmt: skip
     """Horizontal bars, one panel per breakdown (largest first, the rest summed as "other")."""
-    with _style():
-        return _fit_png(_bars_figure(title, panels, unit, top))
+    with chart_style():
+        return fit_png(_bars_figure(title, panels, unit, top))
