@@ -24,6 +24,7 @@ from pipelines.cli_finops import app as finops_app
 from pipelines.cli_ib import app as ingest_app
 from pipelines.cli_mig import app as mig_app
 from pipelines.cli_orphans import app as orphans_app
+from pipelines.cli_placement import app as placement_app
 from pipelines.cli_publish import app as publish_app
 from pipelines.cli_publish import kueue_app
 from pipelines.cli_topology import app as topology_app
@@ -51,6 +52,7 @@ app.add_typer(budget_app, name="budget")
 app.add_typer(publish_app, name="publish")
 app.add_typer(kueue_app, name="kueue")
 app.add_typer(mig_app, name="mig")
+app.add_typer(placement_app, name="placement")
 
 out = Console()
 err = Console(stderr=True)
@@ -339,6 +341,7 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     """Simulate a cluster (twins and a real Kubernetes control plane), run every asset on the
     embedded defaults, and say what was found."""
     from connectors.warehouse import open_warehouse
+    from pipelines import demo as story
     from pipelines.runner import run_assets
     from services.processes import install_stop_handlers
 
@@ -350,13 +353,15 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     os.environ.setdefault("GPUFABRIC_BURST_WATCH_SECONDS", "2")  # the lag asset too
     wh = open_warehouse()
     out.print(f"[bold]2. warehouse[/] {wh.display_url}")
-    agents = _start_demo_agents(result, wh)
-    out.print(f"[bold]3. agents[/] {agents}", soft_wrap=True)
+    out.print(f"[bold]3. agents[/] {story.start_agents(result, wh, err)}", soft_wrap=True)
+    with err.status("landing a simulated week of agent history"):
+        history = story.land_agent_history(wh)
+    out.print(f"   history: {history}", highlight=False, soft_wrap=True)
     outcome = run_assets(None, console=err)
     out.print("[bold]4. materialized[/]")
     _print_outcome(outcome)
-    _print_demo_findings(wh, outcome.run_id)
-    _print_demo_money(wh, cluster="sim", settlement=outcome.metadata.get("agents/budget_settlement", {}))
+    story.print_findings(wh, outcome.run_id, out)
+    story.print_money(wh, cluster="sim", settlement=outcome.metadata.get("agents/budget_settlement", {}), out=out)
     out.print(
         "\n[bold]where things are[/]\n"
         f"  site config      {result.config_path}\n"
@@ -373,144 +378,6 @@ def demo(spec: Annotated[str, typer.Option(help="shipped spec name or spec file"
     )
     if not outcome.success:
         raise typer.Exit(1)
-
-
-def _start_demo_agents(result: Any, wh: Any) -> str:
-    """A few agent trees created on the simulated cluster, one API call per pod as an orchestrator
-    makes them (simulator/agents/live.py), in a namespace the budget webhook governs: the webhook
-    (our process, registered as deploy/budget ships it) reserves each agent's budget in the ledger
-    as the API server admits it. The demo waits for the sub-agents to finish, so settlement has
-    finished agents to settle. Returns the line the demo prints."""
-    from kubernetes import client, config
-
-    from connectors.warehouse import data_dir
-    from simulator.agents.live import plan_trees, start_trees, wait_finished
-    from simulator.budget_webhook import budget_webhook
-    from simulator.controlplane import status
-    from simulator.up import SIM_BUDGET, plane_workdir
-
-    plane = status(plane_workdir(data_dir() / "sim")) if result.kubeconfig is not None else None
-    if plane is None:
-        return "none (no Kubernetes in this simulation)"
-    namespace = SIM_BUDGET["governed_namespaces"][0]
-    pods = plan_trees([namespace])
-    api = config.new_client_from_config(config_file=str(result.kubeconfig))
-    core = client.CoreV1Api(api)
-    log = data_dir() / "sim" / "budget-webhook.log"
-    try:
-        with err.status("starting the budget webhook and registering it with the API server") as live:
-            with budget_webhook(plane, site_config=result.config_path, database_url=wh.libpq_url,
-                                namespace=namespace, log=log):  # fmt: skip
-                live.update(f"creating {len(pods)} agent pods in {namespace} (the webhook admits each)")
-                created = start_trees(core, pods)
-            live.update("waiting for the sub-agents to finish (the planners keep running)")
-            wait_finished(core, [p for p in pods if p.parent_id is not None])
-    finally:
-        api.close()
-    trees = len({p.root_id for p in pods})
-    again = "" if created else " (already there from an earlier demo)"
-    return (f"{len(pods)} pods in {trees} agent trees created in namespace {namespace}{again}, each admitted "
-            "by the budget webhook with a reservation; the sub-agents have finished, the planners run on")
-
-
-def _print_demo_money(wh: Any, cluster: str, settlement: dict[str, Any]) -> None:
-    """What the agents cost so far, per client and tier (finops.gpu_cost_hourly, allocation basis),
-    their trees against the budget envelope (agents.tree_usage), the budget settlement of this run,
-    and the anomalies judged."""
-    with wh.connect() as conn:
-        by_client = conn.execute(
-            """SELECT coalesce("SubAccountId", '-'), coalesce("x_Tier", '-'), sum("EffectiveCost"),
-                      sum("ConsumedQuantity")
-               FROM finops.gpu_cost_hourly
-               WHERE "x_Cluster" = %s AND "x_CostBasis" = 'allocation' AND "x_LineType" = 'workload'
-               GROUP BY 1, 2 ORDER BY 3 DESC NULLS LAST""",
-            (cluster,),
-        ).fetchall()
-        idle = conn.execute(
-            """SELECT sum("EffectiveCost"), sum("ConsumedQuantity") FROM finops.gpu_cost_hourly
-               WHERE "x_Cluster" = %s AND "x_CostBasis" = 'allocation' AND "x_LineType" = 'idle'""",
-            (cluster,),
-        ).fetchone()
-        trees = conn.execute(
-            """SELECT root_id, client, pods_total, live_pods, gpu_hours, cost_usd FROM agents.tree_usage
-               WHERE %s = ANY(clusters) ORDER BY cost_usd DESC NULLS LAST, root_id LIMIT 5""",
-            (cluster,),
-        ).fetchall()
-        anomalies = conn.execute("SELECT count(*) FROM finops.cost_anomalies").fetchone()
-    table = Table(title=f"cost so far on {cluster} (finops.gpu_cost_hourly, allocation basis)")
-    for col in ("client", "tier", "cost (USD)", "GPU-hours"):
-        table.add_column(col)
-    for client_id, tier, cost, hours in by_client:
-        table.add_row(client_id, tier, f"{cost or 0:.2f}", f"{hours or 0:.3f}")
-    if idle and idle[0] is not None:
-        table.add_row("idle capacity", "-", f"{idle[0]:.2f}", f"{idle[1] or 0:.3f}")
-    out.print(table)
-    if trees:
-        envelope = _demo_envelope()
-        budget = Table(title=f"agent trees against their budget envelope ({envelope}; agents.tree_usage)")
-        for col in ("root", "client", "pods", "live", "GPU-hours", "cost (USD)"):
-            budget.add_column(col)
-        for root_id, client_id, total, live, hours, cost in trees:
-            budget.add_row(root_id[:13], client_id, str(total), str(live), f"{hours:.3f}",
-                           "-" if cost is None else f"{cost:.2f}")  # fmt: skip
-        out.print(budget)
-    if settlement:
-        out.print(
-            f"budget settlement (agents/budget_settlement): {settlement.get('settled', 0)} finished agents' "
-            f"reservations replaced by measured cost (${settlement.get('spent_cost_usd', 0):.2f}, "
-            f"{settlement.get('spent_gpu_hours', 0):.3f} GPU-h; {settlement.get('released_gpu_hours', 0):.2f} "
-            f"reserved GPU-h released), {settlement.get('reservations_open', 0) - settlement.get('settled', 0)} "
-            "still reserved (agents still running)",
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
-    count = anomalies[0] if anomalies else 0
-    out.print(f"cost anomalies judged (finops.cost_anomalies): {count}", highlight=False)
-
-
-def _demo_envelope() -> str:
-    from simulator.up import SIM_BUDGET
-
-    default = SIM_BUDGET["envelopes"]["*"]
-    return f"{default['gpu_hours']} GPU-h, ${default['cost_usd']}, {default['max_live_pods']} live pods per tree"
-
-
-def _print_demo_findings(wh: Any, run_id: str) -> None:
-    """What the run collected, per source: targets by status, rows landed and held back."""
-    with wh.connect() as conn:
-        by_status = conn.execute(
-            "SELECT source, status, count(*), sum(rows_landed), sum(rows_quarantined) "
-            "FROM ops.collection_status WHERE run_id = %s GROUP BY source, status ORDER BY source, status",
-            (run_id,),
-        ).fetchall()
-        current = conn.execute(
-            "SELECT count(*), count(DISTINCT rack), sum(gpu_count) FROM staging.stg_dcim_inventory"
-        ).fetchone()
-        quarantine = conn.execute(
-            "SELECT source, device, location, reason FROM ops.quarantine WHERE run_id = %s ORDER BY id LIMIT 8",
-            (run_id,),
-        ).fetchall()
-    sources: dict[str, list[Any]] = {}
-    for source, status, targets, landed, held in by_status:
-        row = sources.setdefault(source, [0, [], 0, 0])
-        row[0] += targets
-        row[1].append(f"{targets} {status}")
-        row[2] += landed
-        row[3] += held
-    table = Table(title="collected (ops.collection_status)")
-    for col in ("source", "targets", "by status", "rows landed", "quarantined"):
-        table.add_column(col)
-    for source, (targets, statuses, landed, held) in sources.items():
-        table.add_row(source, str(targets), ", ".join(statuses), str(landed), str(held))
-    out.print(table)
-    if current:
-        out.print(
-            f"current inventory (staging.stg_dcim_inventory): {current[0]} nodes in {current[1]} racks, "
-            f"{current[2] or 0} GPUs"
-        )
-    if quarantine:
-        out.print("first quarantined inputs (ops.quarantine):")
-    for source, device, location, reason in quarantine:
-        out.print(f"  {source} {device or ''} {location or ''}: {reason}", highlight=False, soft_wrap=True)
 
 
 @app.command("ui")
