@@ -67,11 +67,17 @@ def _context(config: Path | None, cluster: str | None) -> tuple[Any, Any]:
     return source, cfg
 
 
-def describe_plan(result: Any) -> list[str]:
-    """The plan as lines: per node its GPUs' layouts and tenants, the windows, stranded slices."""
+def describe_plan(result: Any, *, show_all: bool = False) -> list[str]:
+    """The plan as lines: per node its GPUs' layouts and tenants, the windows, stranded slices.
+    GPUs the plan neither uses nor changes are one count line unless ``show_all`` (on a site of
+    a thousand GPUs they would bury the dozen lines that matter)."""
     lines: list[str] = []
     by_node: dict[str, list[Any]] = {}
+    idle: set[tuple[str, int]] = set()
     for g in result.gpus:
+        if not show_all and g.role == "unused" and not g.changed and not g.mig_enabled and not g.tenants:
+            idle.add((g.gpu.node, g.gpu.index))
+            continue
         by_node.setdefault(g.gpu.node, []).append(g)
     for node in sorted(by_node):
         for g in sorted(by_node[node], key=lambda p: p.gpu.index):
@@ -82,6 +88,9 @@ def describe_plan(result: Any) -> list[str]:
                 what = "whole GPU" if g.whole_owner else "MIG disabled"
             tenants = ",".join(sorted(g.tenants)) or "-"
             lines.append(f"{node} gpu{g.gpu.index}: {what} [{tenants}] {g.role}{' *' if g.changed else ''}")
+    if idle:
+        nodes = len({node for node, _ in idle})
+        lines.append(f"{len(idle)} GPUs on {nodes} nodes unused and unchanged (MIG disabled; --all lists them)")
     for i, window in enumerate(result.windows, 1):
         lines.append(f"window {i}: {', '.join(window)}")
     compute, memory = result.stranded()
@@ -93,7 +102,11 @@ def describe_plan(result: Any) -> list[str]:
 
 
 @app.command("plan")
-def plan_cmd(config: ConfigOpt = None, cluster: ClusterOpt = None) -> None:
+def plan_cmd(
+    config: ConfigOpt = None,
+    cluster: ClusterOpt = None,
+    show_all: Annotated[bool, typer.Option("--all", help="also list GPUs the plan neither uses nor changes")] = False,
+) -> None:
     """Print the plan from the nodes' current layouts and the site's demand (exit 1 if unmet)."""
     from connectors.kube import api_client
     from services.mig import plan_cluster
@@ -107,7 +120,7 @@ def plan_cmd(config: ConfigOpt = None, cluster: ClusterOpt = None) -> None:
         return
     for line in view.notes:
         _say(f"note: {line}")
-    for line in describe_plan(result):
+    for line in describe_plan(result, show_all=show_all):
         _say(line)
     if not result.complete:
         _fail(f"the plan leaves {len(result.unmet)} demand line(s) unmet (listed above)")

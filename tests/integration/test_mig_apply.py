@@ -9,6 +9,7 @@ finding; the blast-radius guard refuses a change of too many nodes; a rollback p
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from typing import Any
@@ -205,6 +206,13 @@ def test_cli_plan_dry_run_status_and_the_asset(plane, warehouse, kube_namespace,
     assert "mig-n0 gpu0:" in shown.output and "window 1:" in shown.output and "stranded:" in shown.output
     assert "14x1g.10gb" not in shown.output  # 1g.10gb instances are 7 a GPU at most
     assert "7x1g.10gb [inference]" in shown.output
+    # GPUs the plan neither uses nor changes are one count line; --all lists every GPU
+    everything = runner.invoke(app, ["plan", "--all"])
+    every_gpu = [line for line in everything.output.splitlines() if re.match(r"mig-n\d+ gpu\d+: ", line)]
+    listed = [line for line in shown.output.splitlines() if re.match(r"mig-n\d+ gpu\d+: ", line)]
+    hidden = re.search(r"^(\d+) GPUs on \d+ nodes unused and unchanged", shown.output, re.M)
+    assert len(every_gpu) == 8 * len(NODES) == len(listed) + (int(hidden[1]) if hidden else 0), shown.output
+    assert not [line for line in listed if line.endswith("MIG disabled [-] unused")]
 
     dry = runner.invoke(app, ["apply", "--dry-run"])
     assert dry.exit_code == 0, dry.output
