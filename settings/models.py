@@ -77,6 +77,21 @@ def _check_dns_subdomain(value: str) -> str:
     return value
 
 
+def _check_label_key(value: str) -> str:
+    """A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a name (a label value
+    that is not empty). It lands in SQL the cost models run, so nothing else gets through."""
+    prefix, slash, name = value.rpartition("/")
+    prefix_ok = not slash or (len(prefix) <= 253 and _DNS_SUBDOMAIN_RE.fullmatch(prefix) is not None)
+    if not prefix_ok or len(name) > 63 or not _LABEL_VALUE_RE.fullmatch(name):
+        raise PydanticCustomError(
+            "label_key",
+            "'{value}' is not a valid Kubernetes label key ([prefix/]name: a DNS subdomain prefix, a name of at "
+            "most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)",
+            {"value": value[:80]},
+        )
+    return value
+
+
 def _check_env_name(value: str) -> str:
     # The value is not echoed: a confused user may have typed the secret itself here.
     if not _ENV_NAME_RE.fullmatch(value):
@@ -136,6 +151,7 @@ def _resolve_path(value: Path, info: ValidationInfo) -> Path:
 
 Name = Annotated[str, AfterValidator(_check_name), Field(max_length=253)]
 LabelValue = Annotated[str, AfterValidator(_check_label_value)]
+LabelKey = Annotated[str, AfterValidator(_check_label_key)]
 DnsSubdomain = Annotated[str, AfterValidator(_check_dns_subdomain)]
 HttpUrl = Annotated[str, AfterValidator(_check_http_url)]
 ConfigPath = Annotated[Path, BeforeValidator(_check_path_text), AfterValidator(_resolve_path)]
@@ -997,6 +1013,16 @@ class MigSettings(_Model):
         return value
 
 
+class FinOpsSettings(_Model):
+    """What the cost models need from the site; passed to dbt as vars (``Settings.dbt_vars``)."""
+
+    # The node label naming the tenant a node belongs to (its idle and stranded capacity goes to
+    # that tenant's idle line). Default: <label_prefix>/owner.
+    owner_label: LabelKey | None = None
+    # Who carries the idle capacity of nodes without an owner label (default: nobody, SubAccountId NULL).
+    idle_owner: LabelValue | None = None
+
+
 class Settings(_Model):
     """The whole of ``gpufabric.yaml``. Build it with ``load_settings`` for file/line errors."""
 
@@ -1011,8 +1037,16 @@ class Settings(_Model):
     budget: BudgetSettings = BudgetSettings()
     burst: BurstSettings = BurstSettings()
     mig: MigSettings = MigSettings()
+    finops: FinOpsSettings = FinOpsSettings()
 
     _source_path: Path | None = PrivateAttr(default=None)
+
+    def dbt_vars(self) -> dict[str, str]:
+        """The site's answers to the dbt models' vars (every dbt build the site runs passes them)."""
+        found = {"finops_owner_label": self.finops.owner_label or f"{self.label_prefix}/owner"}
+        if self.finops.idle_owner is not None:
+            found["finops_idle_owner"] = self.finops.idle_owner
+        return found
 
     @property
     def source_path(self) -> Path | None:

@@ -8,6 +8,7 @@ No ``from __future__ import annotations``: Dagster reads the context annotation 
 """
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from dagster_dbt import DbtCliResource, DbtProject, dbt_assets
 
 from assets.dbt.metadata import tidy_event
 from connectors.warehouse import Warehouse
+from settings import Settings
 
 DBT_PROJECT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 _DBT_EXECUTABLE = Path(sys.executable).with_name("dbt")
@@ -75,11 +77,15 @@ ensure_manifest()
 
 @dbt_assets(manifest=dbt_project.manifest_path, project=dbt_project)
 def gpufabric_dbt_models(  # type: ignore[no-untyped-def]
-    context: dg.AssetExecutionContext, dbt: DbtCliResource, warehouse: dg.ResourceParam[Warehouse]
+    context: dg.AssetExecutionContext,
+    dbt: DbtCliResource,
+    warehouse: dg.ResourceParam[Warehouse],
+    site: dg.ResourceParam[Settings],
 ):
-    """Build (run + test) the selected dbt models against the warehouse the pipeline uses."""
+    """Build (run + test) the selected dbt models against the warehouse the pipeline uses, with
+    the site's answers to the models' vars (the node owner label, the idle owner)."""
     os.environ.update(warehouse.libpq_env())  # dbt/profiles.yml reads these
-    for event in dbt.cli(["build"], context=context).stream():
+    for event in dbt.cli(["build", "--vars", json.dumps(site.dbt_vars())], context=context).stream():
         yield tidy_event(event)  # dbt's per-event boilerplate as one table row (assets/dbt/metadata.py)
 
 

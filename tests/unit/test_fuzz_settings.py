@@ -105,8 +105,7 @@ def test_a_key_with_a_line_break_stays_one_line_of_the_report() -> None:
     error = outcome('version: 1\n"a\\nb": 1\n')
     assert isinstance(error, SettingsError)
     assert str(error).splitlines() == [
-        "gpufabric.yaml:2: unknown key 'a\\nb'; valid keys here: version, label_prefix, topology_label_scheme, "
-        "sources, tenants, rate_cards, publish, warehouse, budget, burst, mig"
+        f"gpufabric.yaml:2: unknown key 'a\\nb'; valid keys here: {', '.join(Settings.model_fields)}"
     ]
 
 

@@ -158,7 +158,21 @@ def test_example_file_loads_and_covers_every_section() -> None:
     assert leaf.platform == "arista_eos" and leaf.snmp is not None and leaf.snmp.security_level == "authPriv"
     assert settings.rate_cards[0].usd_per_gpu_hour == Decimal("2.85")
     assert settings.rate_cards[1].effective_from == date(2025, 1, 1)
+    assert settings.dbt_vars() == {"finops_owner_label": "gpufabric.io/owner", "finops_idle_owner": "platform"}
     assert settings.warehouse.url == SecretRef(env="GPUFABRIC_WAREHOUSE_URL")
+
+
+def test_dbt_vars_follow_the_label_prefix_and_refuse_a_label_key_that_is_not_one(load: Load, fail: Fail) -> None:
+    base = "version: 1\nlabel_prefix: example.com\n"
+    # The owner label defaults to the site's own prefix, not ours; no idle owner means none is passed.
+    assert load(base).dbt_vars() == {"finops_owner_label": "example.com/owner"}
+    assert load(base + "finops: {owner_label: team, idle_owner: ops}\n").dbt_vars() == {
+        "finops_owner_label": "team", "finops_idle_owner": "ops"}  # fmt: skip
+    # The key lands in the SQL the cost models run: a quote, a space or a second slash is refused.
+    for bad in ("\"o'wner\"", "/owner", "a/b/c", "\"Bad Prefix/x\"", "x/"):
+        message = fail(base + f"finops: {{owner_label: {bad}}}\n")
+        assert "finops.owner_label" in message and "not a valid Kubernetes label key" in message, message
+    assert "not a valid Kubernetes label value" in fail(base + "finops: {idle_owner: \"two words\"}\n")
 
 
 def test_minimal_file_gets_documented_defaults() -> None:
