@@ -146,15 +146,21 @@ ConfigOption = Annotated[Path | None, typer.Option("--config", help="site file (
                                                                      "./gpufabric.yaml)")]
 
 
-def _site_cards(config: Path | None) -> tuple[Any, str]:
+def _site(config: Path | None) -> tuple[Any, str]:
+    """The site file's settings and its resolved path (exit 2 with its problems if it is bad)."""
     from settings import SettingsError, default_settings_path, load_settings
 
     path = config or default_settings_path()
     try:
-        return load_settings(path).rate_cards, str(Path(path).resolve())
+        return load_settings(path), str(Path(path).resolve())
     except SettingsError as exc:
         err.print(f"[red]{exc}[/]", highlight=False)
         raise typer.Exit(2) from None
+
+
+def _site_cards(config: Path | None) -> tuple[Any, str]:
+    settings, source = _site(config)
+    return settings.rate_cards, source
 
 
 @app.command("prices")
@@ -194,11 +200,11 @@ def restate_cmd(
     from core.finops.price_book import PriceBookError
     from services.price_book import RestateError, restate
 
-    cards, source = _site_cards(config)
+    settings, source = _site(config)
     with _exits_on_errors(PriceBookError, RestateError):
         wh = open_warehouse()
-        result = restate(wh, cards, source, start=_utc(start), end=_utc(end) if end is not None else None,
-                         reason=reason)
+        result = restate(wh, settings.rate_cards, source, start=_utc(start), end=_utc(end) if end is not None else None,
+                         reason=reason, site_vars=settings.dbt_vars())
     out.print(f"restatement {result.restatement_id}: {result.range_from.isoformat()} to {result.range_to.isoformat()}, "
               f"{result.lines_changed:,} of {result.lines_after:,} lines changed; EffectiveCost "
               f"{result.old_effective_cost:,.2f} -> {result.new_effective_cost:,.2f}, ListCost "

@@ -8,8 +8,9 @@ fact (the ``finops/price_book`` asset, the CLI) and replaces the book only when 
 The cost fact is incremental (dbt/models/marts/finops/gpu_cost_hourly.sql): a build reprices only
 the last ``finops_lookback_hours`` before its newest line and everything after, so a new rate
 reaches lines from its effective date on and lines already priced stay as they were.
-``restate`` is the one way to reprice the past: it rebuilds [from, to) with dbt vars and writes an
-audit row (``ops.finops_restatements``) with the lines changed and the totals before and after.
+``restate`` is the one way to reprice the past: it rebuilds [from, to) with dbt vars (the fact, the
+incremental models it reads and the rollups: ``COST_FACT_SELECT``) and writes an audit row
+(``ops.finops_restatements``) with the lines changed and the totals before and after.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -35,7 +36,11 @@ from core.finops.price_book import PriceBookRow, RateCardLike, build_price_book,
 
 DBT_DIR = Path(__file__).resolve().parents[1] / "dbt"
 COST_FACT = "finops.gpu_cost_hourly"
-COST_FACT_SELECT = "+gpu_cost_hourly"
+# What a build of the cost fact runs (the finops_cost job, a restatement): the fact, every model it
+# reads (the pod intervals and pod hours are incremental tables, so building the fact alone would
+# price stale hours) and the query pack's rollups (sql/queries reads them; a restatement must reach
+# them too).
+COST_FACT_SELECT = "+gpu_cost_hourly cost_summary_hourly agent_tree_pods_monthly"
 COLUMNS = ("gpu_model", "tier", "effective_from", "effective_to", "currency", "unit_price", "list_unit_price",
            "source", "loaded_at")
 # A line of the fact is one (basis, hour, resource, node): the unique key of the incremental model.
@@ -138,10 +143,11 @@ def _totals(conn: psycopg.Connection, table: sql.Composable, where: sql.Composab
 
 def restate(wh: Warehouse, cards: Sequence[RateCardLike], source: str, *, start: datetime,
             end: datetime | None, reason: str, requested_by: str | None = None,
-            target_dir: Path | None = None) -> Restatement:
+            target_dir: Path | None = None, site_vars: Mapping[str, str] | None = None) -> Restatement:
     """Reprice the cost fact's lines with ChargePeriodStart in [start, end) (end: the newest line + 1 h)
     with the site file's current prices, and audit it. ``start`` is floored and ``end`` ceiled to
-    the hour. Lines outside the range are untouched."""
+    the hour. Lines outside the range are untouched. ``site_vars``: the site's answers to the
+    models' vars (``Settings.dbt_vars()``), so restated lines are built as the pipeline builds them."""
     if not reason.strip():
         raise RestateError("say why (--reason): a restatement changes amounts already reported")
     lo = _hour(start, up=False)
@@ -171,7 +177,7 @@ def restate(wh: Warehouse, cards: Sequence[RateCardLike], source: str, *, start:
         try:
             before = _totals(conn, scratch, sql.SQL("true"), ())
             run_dbt(wh, ["build", "--select", COST_FACT_SELECT], target_dir=target_dir,
-                    dbt_vars={"restate_from": lo.isoformat(), "restate_to": hi.isoformat()})
+                    dbt_vars={**(site_vars or {}), "restate_from": lo.isoformat(), "restate_to": hi.isoformat()})
             after = _totals(conn, sql.SQL(COST_FACT), in_range, (lo, hi))
             on = sql.SQL(" AND ").join(sql.SQL("o.{k} = n.{k}").format(k=sql.SQL(k)) for k in LINE_KEY)
             differs = sql.SQL(" OR ").join(sql.SQL("o.{c} IS DISTINCT FROM n.{c}").format(c=sql.Identifier(c))

@@ -10,13 +10,14 @@ from assets.finops.cost_overview import cost_overview
 from assets.finops.price_book import price_book
 from assets.finops.resources import AlertWebhookResource, FinOpsResource
 from assets.finops.snapshots import k8s_pod_snapshots, land_pod_snapshots
+from services.price_book import COST_FACT_SELECT
 
 pod_snapshots_job = dg.define_asset_job("finops_pod_snapshots", selection=dg.AssetSelection.assets(k8s_pod_snapshots))
 cost_job = dg.define_asset_job(
     "finops_cost",
     selection=build_dbt_asset_selection(
         [gpufabric_dbt_models],
-        dbt_select="+gpu_cost_hourly cost_anomalies int_finops_reconciliation int_finops_activity_unmatched",
+        dbt_select=f"{COST_FACT_SELECT} cost_anomalies int_finops_reconciliation int_finops_activity_unmatched",
     )
     | dg.AssetSelection.assets(finops_anomalies, price_book, cost_overview),
     description="Rebuild the cost fact, judge the latest hours for anomalies and chart the last day.",

@@ -1,6 +1,8 @@
 -- Efficiency against cost per agent type this month (UTC): what was allocated, what was used
 -- (allocation x measured SM activity), the share of GPU-hours actually measured, and the price of
 -- a used GPU-hour. Unmeasured hours count as fully used (the usage basis' fallback).
+-- Reads finops.cost_summary_hourly (the cost fact summed per hour); the same question straight
+-- off finops.gpu_cost_hourly is from_fact/efficiency_vs_cost_by_agent_type.sql, same answer.
 with params as (
     select date_trunc(
         'month', coalesce(nullif(current_setting('gpufabric.as_of', true), '')::timestamptz, now()), 'UTC'
@@ -23,7 +25,7 @@ select
         sum(f."EffectiveCost") filter (where f."x_CostBasis" = 'allocation')
         / nullif(sum(f."ConsumedQuantity") filter (where f."x_CostBasis" = 'usage'), 0), 4
     ) as usd_per_used_gpu_hour
-from finops.gpu_cost_hourly as f
+from finops.cost_summary_hourly as f
 cross join params as p
 where f."x_LineType" = 'workload'
   and f."ChargePeriodStart" >= p.month_start

@@ -1,5 +1,7 @@
 -- Idle GPU capacity by GPU model this month (UTC), allocation basis: GPU-hours nobody requested,
 -- priced at list, and the idle share of capacity.
+-- Reads finops.cost_summary_hourly (the cost fact summed per hour); the same question straight
+-- off finops.gpu_cost_hourly is from_fact/idle_cost_by_gpu_model.sql, same answer.
 with params as (
     select date_trunc(
         'month', coalesce(nullif(current_setting('gpufabric.as_of', true), '')::timestamptz, now()), 'UTC'
@@ -11,7 +13,7 @@ select
     sum(f."x_CapacityGpuHours") as capacity_gpu_hours,
     round(sum(f."ConsumedQuantity") / nullif(sum(f."x_CapacityGpuHours"), 0), 4) as idle_share,
     sum(f."ListCost") as idle_cost_usd
-from finops.gpu_cost_hourly as f
+from finops.cost_summary_hourly as f
 cross join params as p
 where f."x_CostBasis" = 'allocation'
   and f."x_LineType" = 'idle'

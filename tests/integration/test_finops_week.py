@@ -43,7 +43,7 @@ from core.finops.price_book import build_price_book
 from core.telemetry import parse_matrix
 from pipelines.resources import WarehouseResource
 from services.pod_snapshots import land_pod_snapshots
-from services.price_book import load_price_book
+from services.price_book import COST_FACT_SELECT, load_price_book
 from settings import load_settings
 from simulator.agents import SimWeek, runaway_tree, simulate_week
 
@@ -51,7 +51,8 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 DBT_DIR = ROOT / "dbt"
-SELECT = "+gpu_cost_hourly cost_anomalies int_finops_reconciliation int_finops_activity_unmatched"
+# The site's own selection (the fact and the query pack's rollups), plus what these tests read.
+SELECT = f"{COST_FACT_SELECT} cost_anomalies int_finops_reconciliation int_finops_activity_unmatched"
 
 
 # The price book these tests price with: a site file's rate_cards, loaded into finops.price_book

@@ -6,11 +6,15 @@ nodes, 150 pods a day) landed with COPY as a collector would have landed it, day
 1. price book v1 from a site file, day 1 landed, a full build;
 2. the site file changes twice at once: a new H100 price from day 2 on (future of the fact), and
    the B200 price changed retroactively from the beginning; day 2 and one hour of day 3 landed,
-   an incremental build: day 1 is not rewritten (neither change reaches it), day 2 has the new
-   H100 price;
+   an incremental build of what the finops_cost job builds (``COST_FACT_SELECT``: the fact, the
+   incremental pod intervals and pod hours it reads, which a build of the fact alone would leave
+   at day 1, and the query pack's rollups): day 1 is not rewritten (neither change reaches it),
+   day 2 has the new H100 price;
 3. ``gpufabric finops restate`` over day 1: the B200 lines take the new price, nothing outside the
-   range moves, and the audit row carries the counts and totals measured here;
-4. a --full-refresh build of a copy: the same rows as the incremental table, to the last digit.
+   range moves, the audit row carries the counts and totals measured here, and the query pack's
+   rollups answer day 1 with the new prices exactly as the fact does;
+4. a --full-refresh build of the fact and everything it reads: the same rows as the incremental
+   builds and the restatement left, to the last digit.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ from connectors.warehouse import Warehouse, copy_rows, open_warehouse
 from core.finops.price_book import PriceBookError
 from core.finops.records import NODE_COLUMNS, POD_COLUMNS
 from pipelines.cli_finops import app
-from services.price_book import load_price_book, run_dbt, stored_price_book
+from services.price_book import COST_FACT_SELECT, load_price_book, run_dbt, stored_price_book
 from settings import load_settings
 from simulator.agents.year import YearCounts, YearSpec, node_rows, pod_rows
+from tests.integration.test_finops_rollups import answers
 
 pytestmark = pytest.mark.integration
 
@@ -101,12 +106,12 @@ def db(warehouse: Warehouse, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             state: dict[str, Any] = {"wh": wh, "url": url, "tmp": tmp}
             state["v1"] = load(wh, site(tmp, "v1", V1))
             state["day1"] = land(wh, START, START + DAY)
-            run_dbt(wh, ["build", "--select", "+gpu_cost_hourly"], target_dir=tmp)
+            run_dbt(wh, ["build", "--select", COST_FACT_SELECT], target_dir=tmp)
             state["after_day1"] = lines(wh)
             state["v2_path"] = site(tmp, "v2", V2)
             state["v2"] = load(wh, state["v2_path"])
             land(wh, START + DAY, START + 2 * DAY + timedelta(hours=1))
-            run_dbt(wh, ["run", "--select", "gpu_cost_hourly"], target_dir=tmp)
+            run_dbt(wh, ["run", "--select", COST_FACT_SELECT], target_dir=tmp)
             state["after_day2"] = lines(wh)
             yield state
         finally:
@@ -178,12 +183,19 @@ def test_restate_reprices_the_range_only_and_is_audited(db: dict[str, Any]) -> N
     assert row["new_effective_cost"] == sum(after[k][5] for k in inside)
     assert row["new_list_cost"] - row["old_list_cost"] == sum(after[k][4] - before[k][4] for k in changed) > 0
     assert f"{len(changed):,} of {len(inside):,} lines changed" in " ".join(result.output.split())
+    with wh.connect() as conn:
+        rolled = conn.execute('SELECT sum("EffectiveCost") FROM finops.cost_summary_hourly '
+                              'WHERE "ChargePeriodStart" >= %s AND "ChargePeriodStart" < %s',
+                              (START, START + DAY)).fetchone()
+    assert rolled is not None and rolled[0] == row["new_effective_cost"] != row["old_effective_cost"]
+    for question, (ours, fact) in answers(wh, "2026-03-01T23:30:00Z").items():
+        assert fact and ours == fact, question
 
 
 def test_full_refresh_equals_the_incremental_table(db: dict[str, Any]) -> None:
     wh: Warehouse = db["wh"]
     incremental = lines(wh)
-    run_dbt(wh, ["run", "--select", "gpu_cost_hourly", "--full-refresh"], target_dir=db["tmp"])
+    run_dbt(wh, ["run", "--select", COST_FACT_SELECT, "--full-refresh"], target_dir=db["tmp"])
     full = lines(wh)
     assert full == incremental
     # and the sums analysts see (ConsumedQuantity, ListCost, EffectiveCost)
