@@ -17,7 +17,10 @@ are reported as never running). Rounds rotate the contenders' order (``bench.com
 
 Printed per contender: p50/p99/max creation-to-Running lag (and p50/p99 per tier), time from the
 first create until the last pod runs, pods never running; GPUs held as headroom (0: this design keeps no placeholders);
-and ratios against each stock row from the same rounds.
+and ratios against each stock row from the same rounds. With ``--metrics`` (the default), per run
+also the causes' evidence: kube-scheduler's, Kueue's and kube-apiserver's own metrics per phase
+(setup, burst, drain; ``bench.burst_metrics``) and the Events in the burst's namespaces by reason.
+``--sizes 1000,5000`` runs each burst size in turn and prints the lag-growth table.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from bench.burst_metrics import Scraper, Target, event_reasons, phase_table, plane_targets
 from bench.common import Spread, ratio_line, rotation
 
 P = "gpufabric.io"
@@ -50,18 +54,27 @@ class Outcome:
     never: int = 0  # burst pods that never ran
     planned: int = 0
     released: int = 0  # gates removed by the controller (gpufabric only)
+    scheduled: list[float] = field(default_factory=list)  # creation -> PodScheduled, pods that got there
+    admitted: list[float] = field(default_factory=list)  # creation -> Kueue Admitted (kueue only)
+    replay: str = ""  # the driver's report: created, retried, how far behind the plan
+    metrics: list[str] = field(default_factory=list)  # the per-phase table of the components' metrics
+    events: dict[tuple[str, str], int] = field(default_factory=dict)  # (component, reason) -> repeats
 
     def pct(self, q: float, tier: str | None = None) -> float:
         """The nearest-rank percentile (the value of a pod that ran, never interpolated)."""
-        values = self.lags if tier is None else self.by_tier.get(tier, [])
-        if not values:
-            return math.nan
-        ordered = sorted(values)
-        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+        return nearest_rank(self.lags if tier is None else self.by_tier.get(tier, []), q)
 
 
-def run_once(contender: str, args: argparse.Namespace, plane: Any) -> Outcome:
+def nearest_rank(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def run_once(contender: str, args: argparse.Namespace, plane: Any, targets: list[Target] | None = None) -> Outcome:
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
     from connectors.kube.lag import watch_lag
     from controllers.burst_admission import BurstAdmission, LeaderElector
@@ -78,7 +91,9 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any) -> Outcome:
     )
     from simulator.controlplane.reset import reset
 
-    reset(plane)
+    # Wait for the previous run's namespaces to go: 10,000 pods being deleted beside a burst would
+    # load the API server and the scheduler's informers during the next contender's run.
+    reset(plane, timeout=900, wait_namespaces=True)
     tag = uuid.uuid4().hex[:5]
     plan = plan_burst(seed=args.seed, trees=args.trees, pods=args.pods, window_s=args.window, nodes=args.nodes,
                       busy_fraction=args.busy, duration_scale=args.duration_scale, tenant_suffix=f"-{tag}",
@@ -88,7 +103,10 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any) -> Outcome:
     thread: threading.Thread | None = None
     stop = threading.Event()
     out: dict[str, Any] = {}
+    scraper = Scraper(targets, every_s=args.scrape_every).start() if targets else None
     try:
+        if scraper is not None:
+            scraper.mark("setup")
         register_nodes(api, plan)
         ensure_namespaces(api, plan)
         if contender == "kueue":
@@ -105,10 +123,14 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any) -> Outcome:
         watcher = threading.Thread(target=lambda: out.setdefault("lag", watch_lag(
             api, cluster="bench", seconds=3600, since=since, prefix=P, stop=stop)), daemon=True)  # fmt: skip
         watcher.start()
+        if scraper is not None:
+            scraper.mark("burst")
         report = replay(api, plan, workers=32, queues=contender == "kueue", time_scale=1.0,
                         gate=GATE if contender == "gpufabric" else None)  # fmt: skip
         if report.failures:
             raise RuntimeError(f"replay: {report.summary()}; e.g. {next(iter(report.failures.items()))}")
+        if scraper is not None:
+            scraper.mark("drain")
         core = client.CoreV1Api(api)
         deadline = time.monotonic() + args.settle
 
@@ -120,34 +142,55 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any) -> Outcome:
                         count += 1
             return count
 
-        while ran() < len(plan.pods) and time.monotonic() < deadline:
-            time.sleep(1.0)
+        poll_s = max(1.0, len(plan.pods) / 2_000)  # a full list of the burst's pods costs the API server too
+        count, progressed = ran(), time.monotonic()
+        # Also ends when no pod has started for --idle seconds: agents end every few tens of seconds,
+        # so a burst that stops progressing that long is stuck (Kueue's MIG pods: observation 1).
+        while count < len(plan.pods) and time.monotonic() < deadline and time.monotonic() - progressed < args.idle:
+            time.sleep(poll_s)
+            now = ran()
+            if now > count:
+                count, progressed = now, time.monotonic()
         time.sleep(2.0)  # the watch's last events
+        phases = scraper.stop() if scraper is not None else []
         stop.set()
         watcher.join(60)
         lag = out.get("lag")
         if lag is None:
             raise RuntimeError("the lag watch did not return")
         burst = [r for r in lag.pods.records if r.labels.get(ROLE_LABEL) == "burst"]
+        if not burst:
+            raise RuntimeError(f"the lag watch saw none of the {len(plan.pods)} burst pods the driver created")
         first = min(r.created_at for r in burst)
         ran_at = [r for r in burst if r.running_at is not None]
         outcome = Outcome(planned=len(plan.pods))
         outcome.lags = [(r.running_at - r.created_at).total_seconds() for r in ran_at]
         for r in ran_at:
             outcome.by_tier.setdefault(r.labels.get(f"{P}/tier", "?"), []).append(
-                (r.running_at - r.created_at).total_seconds())
+                (r.running_at - r.created_at).total_seconds()
+            )
         outcome.never = len(plan.pods) - len(ran_at)
         if ran_at:
             outcome.last_running_s = (max(r.running_at for r in ran_at) - first).total_seconds()
         outcome.released = loop.released_total if loop is not None else 0
+        outcome.scheduled = [(r.scheduled_at - r.created_at).total_seconds() for r in burst if r.scheduled_at]
+        outcome.admitted = [(r.admitted_at - r.created_at).total_seconds() for r in burst if r.admitted_at]
+        outcome.replay = report.summary()
+        if scraper is not None:
+            outcome.metrics = phase_table(scraper.snapshots, phases)
+            outcome.events = event_reasons(api, plan.namespaces())
         return outcome
     finally:
         stop.set()
+        if scraper is not None:
+            scraper.stop()
         if loop is not None and thread is not None:
             loop.stop()
             thread.join(30)
         try:
             delete_burst(api, plan)
+        except ApiException as exc:  # the next run's reset deletes the namespaces and waits for them
+            print(f"    cleanup: {exc.status} {exc.reason}; the next run's reset removes the rest", flush=True)
         finally:
             api.close()
 
@@ -155,25 +198,53 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any) -> Outcome:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench_burst")
     parser.add_argument("--quick", action="store_true", help="the small burst, 2 rounds")
-    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=None, help="default 2 (--quick) or 1 (at size)")
     parser.add_argument("--seed", type=int, default=20)
     parser.add_argument("--nodes", type=int, default=None)
-    parser.add_argument("--trees", type=int, default=None)
+    parser.add_argument("--trees", type=int, default=None, help="default: pods / 5")
     parser.add_argument("--pods", type=int, default=None)
+    parser.add_argument(
+        "--sizes",
+        default=None,
+        help="comma-separated burst sizes (pods), e.g. 1000,5000,10000: each size is a row of "
+        "the lag-growth table; trees = pods / 5",
+    )
     parser.add_argument("--window", type=float, default=None, help="seconds the creations are spread over")
     parser.add_argument("--busy", type=float, default=0.70, help="share of GPUs the background holds")
     parser.add_argument("--duration-scale", type=float, default=0.5, help="agents' run time x this")
     parser.add_argument("--settle", type=float, default=None, help="seconds after the last create to wait")
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=90.0,
+        help="end a run when no further pod has started running for this many seconds",
+    )
     parser.add_argument("--max-release", type=int, default=500)
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument(
+        "--metrics",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="scrape kube-scheduler, Kueue and kube-apiserver /metrics and print a table per phase",
+    )
+    parser.add_argument("--scrape-every", type=float, default=3.0, help="seconds between scrapes")
     args = parser.parse_args(argv)
     quick = args.quick
-    args.nodes = args.nodes or (16 if quick else 128)
-    args.trees = args.trees or (40 if quick else 400)
-    args.pods = args.pods or (200 if quick else 2_000)
-    args.window = args.window or (15.0 if quick else 60.0)
-    args.settle = args.settle or (120.0 if quick else 600.0)
-    rounds = args.rounds or (2 if quick else 3)
+    args.nodes = args.nodes or (16 if quick else 1_024)
+    args.window = args.window or (15.0 if quick else 120.0)
+    args.settle = args.settle or (120.0 if quick else 300.0)
+    rounds = args.rounds or (2 if quick else 1)
+    try:
+        sizes = _sizes(args.sizes) if args.sizes is not None else [args.pods or (200 if quick else 10_000)]
+    except ValueError as exc:
+        print(f"--sizes: {exc}")
+        return 2
+    if args.sizes is not None and args.pods is not None:
+        print("--pods and --sizes both name the burst size: give one")
+        return 2
+    if len(sizes) > 1 and args.trees is not None:
+        print("--trees applies to one burst size; with several --sizes each size has pods / 5 trees")
+        return 2
     contenders = [c for c in args.contenders.split(",") if c]
     unknown = set(contenders) - set(CONTENDERS)
     if unknown:
@@ -183,35 +254,80 @@ def main(argv: list[str]) -> int:
     from simulator.agents.burst import plan_burst
     from simulator.controlplane import down, up
 
-    sample = plan_burst(seed=args.seed, trees=args.trees, pods=args.pods, window_s=args.window, nodes=args.nodes,
-                        busy_fraction=args.busy, duration_scale=args.duration_scale)  # fmt: skip
-    (free_whole, free_mig), (peak_whole, peak_mig) = sample.free(), sample.peak_demand()
     workdir = Path(tempfile.mkdtemp(prefix="bench-burst-"))
     plane = up(workdir)
-    print(f"burst: {args.pods} pods in {args.trees} trees over {args.window:.0f} s on {args.nodes} fake 8-GPU nodes "
-          f"(every 4th MIG 1g.10gb), {args.busy:.0%} busy: free {free_whole} GPUs + {free_mig} slices, peak demand "
-          f"{peak_whole} + {peak_mig}; agents run x{args.duration_scale}; kube-apiserver {plane.kubernetes_version}; "
-          f"{rounds} rounds, order rotating")  # fmt: skip
-    results: dict[str, list[Outcome]] = {c: [] for c in contenders}
+    results: dict[int, dict[str, list[Outcome]]] = {}
     failed = False
     try:
-        for k in range(rounds):
-            for contender in rotation(contenders, k):
-                o = run_once(contender, args, plane)
-                results[contender].append(o)
-                print(f"  round {k + 1} {contender:9s}: lag p50 {o.pct(0.5):5.0f} s, p99 {o.pct(0.99):5.0f} s, "
-                      f"max {o.pct(1.0):5.0f} s; last pod running after {o.last_running_s:6.1f} s; "
-                      f"never running {o.never}/{o.planned}"
-                      + (f"; {o.released} gates removed" if contender == "gpufabric" else ""), flush=True)  # fmt: skip
-                failed |= contender == "gpufabric" and o.never > 0
+        targets = plane_targets(plane) if args.metrics else None
+        for size in sizes:
+            args.pods = size
+            args.trees = args.trees if len(sizes) == 1 and args.trees else max(1, size // 5)
+            sample = plan_burst(seed=args.seed, trees=args.trees, pods=args.pods, window_s=args.window,
+                                nodes=args.nodes, busy_fraction=args.busy,
+                                duration_scale=args.duration_scale)  # fmt: skip
+            (free_whole, free_mig), (peak_whole, peak_mig) = sample.free(), sample.peak_demand()
+            print(f"burst: {args.pods} pods in {args.trees} trees over {args.window:.0f} s on {args.nodes} fake 8-GPU "
+                  f"nodes (every 4th MIG 1g.10gb), {args.busy:.0%} busy ({len(sample.background)} bound pods): free "
+                  f"{free_whole} GPUs + {free_mig} slices, peak demand {peak_whole} + {peak_mig}; agents run "
+                  f"x{args.duration_scale}; kube-apiserver {plane.kubernetes_version}, Kueue {plane.kueue_version}; "
+                  f"{rounds} round(s), order rotating", flush=True)  # fmt: skip
+            results[size] = {c: [] for c in contenders}
+            for k in range(rounds):
+                for contender in rotation(contenders, k):
+                    o = run_once(contender, args, plane, targets)
+                    results[size][contender].append(o)
+                    _print_run(k, contender, o)
+                    failed |= contender == "gpufabric" and o.never > 0
+            _print_summary(results[size], contenders)
+            if len(sizes) > 1:  # after every size, so a run stopped at the next one keeps these rows
+                _print_growth(results, contenders)
     finally:
         down(workdir)
         shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
 
-    def med(values: list[float]) -> float:
-        finite = [v for v in values if not math.isnan(v)]
-        return statistics.median(finite) if finite else math.nan
 
+def _sizes(text: str) -> list[int]:
+    """``1000,5000`` -> [1000, 5000]; anything but positive whole numbers is refused by value."""
+    sizes: list[int] = []
+    for part in text.split(","):
+        value = part.strip().replace("_", "")
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"burst sizes are positive whole numbers of pods, comma-separated; not {part.strip()!r}")
+        sizes.append(int(value))
+    return sizes
+
+
+def med(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def _print_run(k: int, contender: str, o: Outcome) -> None:
+    print(f"  round {k + 1} {contender:9s}: lag p50 {o.pct(0.5):5.0f} s, p99 {o.pct(0.99):5.0f} s, "
+          f"max {o.pct(1.0):5.0f} s; last pod running after {o.last_running_s:6.1f} s; "
+          f"never running {o.never}/{o.planned}"
+          + (f"; {o.released} gates removed" if contender == "gpufabric" else ""), flush=True)  # fmt: skip
+
+    def three(values: list[float]) -> str:
+        return "/".join(f"{nearest_rank(values, q):.0f}" for q in (0.5, 0.99, 1.0))
+
+    print(
+        f"    creation -> PodScheduled p50/p99/max {three(o.scheduled)} s over {len(o.scheduled)} pods"
+        + (f"; -> Kueue Admitted {three(o.admitted)} s over {len(o.admitted)}" if o.admitted else ""),
+        flush=True,
+    )
+    print(f"    driver: {o.replay}", flush=True)
+    for line in o.metrics:
+        print(line, flush=True)
+    if o.events:
+        top = sorted(o.events.items(), key=lambda kv: -kv[1])[:8]
+        print("    events (component/reason x repeats): " + ", ".join(f"{c}/{r} x{n:,}" for (c, r), n in top),
+              flush=True)  # fmt: skip
+
+
+def _print_summary(results: dict[str, list[Outcome]], contenders: list[str]) -> None:
     print(f"  {'':9s}  {'p50 s':>6s} {'p99 s':>6s} {'max s':>6s} {'last running s':>15s} {'never running':>14s} "
           f"{'headroom GPUs':>14s}")  # fmt: skip
     for c in contenders:
@@ -242,7 +358,19 @@ def main(argv: list[str]) -> int:
             p99 = [o.pct(0.99) for o in results["gpufabric"]], [o.pct(0.99) for o in results[peer]]
             if all(v > 0 and not math.isnan(v) for v in p99[1]) and all(not math.isnan(v) for v in p99[0]):
                 print(f"  {ratio_line(f'gpufabric / {peer}, p99 lag', *p99)}")
-    return 1 if failed else 0
+
+
+def _print_growth(results: dict[int, dict[str, list[Outcome]]], contenders: list[str]) -> None:
+    """Lag against burst size: one row per size and contender (medians over the rounds)."""
+    print("  lag growth with burst size (creation -> Running, medians over the rounds):")
+    print(f"  {'pods':>7s} {'contender':9s} {'p50 s':>6s} {'p99 s':>6s} {'max s':>6s} {'last running s':>15s} "
+          f"{'never running':>14s}")  # fmt: skip
+    for size, by in results.items():
+        for c in contenders:
+            rs = by[c]
+            print(f"  {size:7,d} {c:9s} {med([o.pct(0.5) for o in rs]):6.0f} {med([o.pct(0.99) for o in rs]):6.0f} "
+                  f"{med([o.pct(1.0) for o in rs]):6.0f} {med([o.last_running_s for o in rs]):15.1f} "
+                  f"{statistics.median([o.never for o in rs]):14.0f}")  # fmt: skip
 
 
 if __name__ == "__main__":
