@@ -100,41 +100,56 @@ SITE_FIXTURES = frozenset(
      "fault_proxy", "faults"}
 )  # fmt: skip
 STANDALONE = "standalone"  # a module-level `pytestmark = pytest.mark.standalone` (see the scheduler)
+# A module-level `pytest.mark.warehouse_only`: it reaches the site only through its Postgres
+# (`warehouse`, `fresh_database_url`) and leaves nothing there another module reads, so any worker
+# may run it; a worker without the site starts a server of its own in its own session dir.
+WAREHOUSE_ONLY = "warehouse_only"
+WAREHOUSE_FIXTURES = frozenset({"warehouse", "fresh_database_url"})
+# What a module with each marker may reach of the session's site.
+ALLOWED = {STANDALONE: frozenset(), WAREHOUSE_ONLY: WAREHOUSE_FIXTURES}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{STANDALONE}: an integration module that starts what it needs itself and uses none of the "
+        "markers",
+        f"{STANDALONE}: an integration module that starts what it needs itself and uses none of the "
         "session's site fixtures, so `make test` may run it beside them (tests/conftest.py)",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{WAREHOUSE_ONLY}: an integration module that uses only the session's Postgres "
+        "(warehouse, fresh_database_url), so either `make test` worker may run it (tests/conftest.py)",
     )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A module that says it is standalone and yet reaches the site is a collection error: the
-    scheduler would run it on the worker that has no site, beside the tests that use it."""
-    wrong = [
-        f"{item.nodeid} uses {', '.join(sorted(SITE_FIXTURES & set(item.fixturenames)))}"  # type: ignore[attr-defined]
-        for item in items
-        if item.get_closest_marker(STANDALONE) and SITE_FIXTURES & set(item.fixturenames)  # type: ignore[attr-defined]
-    ]
+    """A module that says it is standalone (or warehouse-only) and yet reaches (more of) the site is
+    a collection error: the scheduler would run it on a worker that has no site, beside the tests
+    that use it."""
+    wrong = []
+    for item in items:
+        for marker, allowed in ALLOWED.items():
+            reached = (SITE_FIXTURES - allowed) & set(item.fixturenames)  # type: ignore[attr-defined]
+            if item.get_closest_marker(marker) and reached:
+                wrong.append(f"{item.nodeid} is marked {marker} and uses {', '.join(sorted(reached))}")
     if wrong:
-        raise pytest.UsageError(f"marked {STANDALONE} but uses the session's site: " + "; ".join(wrong))
+        raise pytest.UsageError("a module reaches more of the session's site than its marker says: " + "; ".join(wrong))
 
 
-def _module_is_standalone(module: str) -> bool:
-    """Whether ``tests/...py`` carries ``pytestmark = pytest.mark.standalone`` (read from its source:
-    the xdist controller that asks has collected nothing)."""
+def _module_markers(module: str) -> frozenset[str]:
+    """The marker names in ``tests/...py``'s module-level ``pytestmark`` (read from its source: the
+    xdist controller that asks has collected nothing)."""
     import ast
 
     try:
         tree = ast.parse((ROOT / module).read_text())
     except (OSError, SyntaxError, ValueError):
-        return False
+        return frozenset()
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
-            return any(isinstance(n, ast.Attribute) and n.attr == STANDALONE for n in ast.walk(node.value))
-    return False
+            return frozenset(n.attr for n in ast.walk(node.value) if isinstance(n, ast.Attribute))
+    return frozenset()
 
 
 @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without the plugin that defines the hook
@@ -142,24 +157,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """How ``pytest -n 2`` (what ``make test`` runs) splits the suite between its two workers.
 
     Every test that may touch the session's site (Postgres, the control plane, the twins: all of
-    ``tests/integration`` and ``tests/e2e`` but the modules marked ``standalone``) is one unit of
-    work, so one worker runs them in order on one server, one plane and one set of twins, exactly
-    as a plain ``pytest`` would. Unit modules, and integration modules that start what they need
-    themselves (checked at collection, above), are units the other worker takes, so on 2 cores
-    they run beside the site's tests, which spend much of their time waiting on servers. (Our own
-    scheduler, not ``--dist loadgroup``: xdist 3.8 renames ``Item._nodeid``, which pytest 9.2 no
-    longer reads, so its groups are silently ignored.)
+    ``tests/integration`` and ``tests/e2e`` but the modules marked ``standalone`` or
+    ``warehouse_only``) is one unit of work, so one worker runs them in order on one server, one
+    plane and one set of twins, exactly as a plain ``pytest`` would. Unit modules, integration
+    modules that start what they need themselves, and those that need only a Postgres (the dbt
+    and FinOps modules, ~3 minutes) are units of their own that either worker takes: the site
+    worker picks them up once the site's unit is done, the other one all along, starting its own
+    embedded server the first time one asks. (Our own scheduler, not ``--dist loadgroup``: xdist
+    3.8 renames ``Item._nodeid``, which pytest 9.2 no longer reads, so its groups are silently
+    ignored.)
     """
     from functools import cache
 
     from xdist.scheduler import LoadScopeScheduling
 
-    standalone = cache(_module_is_standalone)
+    markers = cache(_module_markers)
 
     class SiteAndUnitModules(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return module if module.startswith("tests/unit/") or standalone(module) else "site"
+            own = module.startswith("tests/unit/") or bool(markers(module) & {STANDALONE, WAREHOUSE_ONLY})
+            return module if own else "site"
 
     return SiteAndUnitModules(config, log)
 
@@ -178,6 +196,8 @@ def warehouse():  # type: ignore[no-untyped-def]
     wh = open_warehouse()
     yield wh
     wh.dispose()
+
+
 @pytest.fixture
 def fresh_database_url(warehouse) -> Iterator[str]:  # type: ignore[no-untyped-def]
     """An empty database on the test server, dropped afterwards; URL in libpq form."""

@@ -8,12 +8,15 @@ from decimal import Decimal
 from typing import Any
 
 import psycopg
+import pytest
 from typer.testing import CliRunner
 
 from connectors.warehouse.ledger import admit, settle
 from core.budget import BudgetConfig, Envelope, PodRequest, parse_pod
 from pipelines.cli_budget import app
 from simulator.budget_incident import PlannedPod, manifest
+
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
 
 NOW = datetime(2026, 12, 31, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ import pytest
 from connectors.warehouse.ledger import ConnectionPool, _call, read_tree, read_view
 from core.budget import PodRequest, view_of
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 NOW = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
 
 

@@ -34,7 +34,7 @@ from core.budget import BudgetConfig, Envelope, PodRequest, SettlementPolicy, pa
 from services.pod_snapshots import land_pod_snapshots
 from tests.integration.test_finops_week import load_test_price_book
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 DBT_DIR = Path(__file__).resolve().parents[2] / "dbt"
 P = "gpufabric.io"

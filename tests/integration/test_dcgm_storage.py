@@ -10,6 +10,8 @@ from connectors.prometheus import apply_retention, copy_samples, ensure_partitio
 from connectors.warehouse import open_warehouse
 from core.telemetry import ExpositionParser
 
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
+
 DAY1 = datetime(2026, 12, 1, 23, 59, 30, tzinfo=UTC)
 TEXT = (
     'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-1",Hostname="n1"} 1410\n'

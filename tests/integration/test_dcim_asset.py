@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from assets.dcim import dcim_inventory
 from pipelines.resources import SiteConfigResource, WarehouseResource
@@ -12,6 +13,8 @@ from simulator.dcim import write_dcim_export
 from simulator.generator import generate
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
+
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
 
 BAD_ROWS = (
     "node,rack,gpu_count,bmc_address\n"

@@ -34,6 +34,8 @@ from simulator.generator import generate
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
 
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 DBT_DIR = ROOT / "dbt"
 HOUR = datetime(2026, 12, 2, 10, tzinfo=UTC)

@@ -33,7 +33,7 @@ from connectors.warehouse import Warehouse, copy_rows, open_warehouse
 from core.finops.records import POD_COLUMNS
 from services.price_book import run_dbt
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 CLUSTER = "inc"

@@ -25,7 +25,7 @@ from services.price_book import COST_FACT_SELECT, load_price_book, run_dbt
 from settings import parse_settings
 from simulator.agents.year import YearSpec, node_rows, pod_rows
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 QUERIES = Path(__file__).resolve().parents[2] / "sql" / "queries"
 START = datetime(2026, 3, 31, tzinfo=UTC)

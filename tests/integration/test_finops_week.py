@@ -47,7 +47,7 @@ from services.price_book import COST_FACT_SELECT, load_price_book
 from settings import load_settings
 from simulator.agents import SimWeek, runaway_tree, simulate_week
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 DBT_DIR = ROOT / "dbt"

@@ -29,7 +29,7 @@ from services.focus_validator import validate
 from simulator.agents import simulate_week
 from tests.integration.test_finops_week import dbt_build, land_week
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "focus"

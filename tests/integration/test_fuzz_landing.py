@@ -19,7 +19,7 @@ from connectors.prometheus import land_samples, list_partitions
 from connectors.warehouse import open_warehouse
 from core.telemetry import ExpositionParser
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 SCRAPE = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 SCRAPE_MS = int(SCRAPE.timestamp() * 1000)
 HOSTILE = (

@@ -22,7 +22,7 @@ from core.affinity import derive_node
 from pipelines.cli import app as cli_app
 from tests.conftest import FIXTURES
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = sorted(p for p in (FIXTURES / "gpu-topo").glob("*.txt") if p.name != "SOURCE.txt")

@@ -41,7 +41,7 @@ from services.pod_snapshots import land_pod_snapshots
 from services.price_book import load_price_book, run_dbt
 from settings import load_settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 PRICE_FILE = ROOT / "tests" / "fixtures" / "finops" / "rate_cards.yaml"

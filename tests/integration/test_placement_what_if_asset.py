@@ -19,7 +19,7 @@ from services.topology import write_snapshot
 from tests.unit.test_placement_advisor import three_blocks_of_four
 from tests.unit.test_topology_support import AT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 RATE_CARDS = Path(__file__).resolve().parents[1] / "fixtures" / "finops" / "rate_cards.yaml"
 

@@ -39,7 +39,7 @@ from settings import load_settings
 from simulator.agents.year import YearCounts, YearSpec, node_rows, pod_rows
 from tests.integration.test_finops_rollups import answers
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -26,7 +26,7 @@ from core.finops.anomaly import Thresholds
 from simulator.agents import SimWeek, runaway_tree, simulate_week
 from tests.integration.test_finops_week import dbt_build, land_week, rate_cards
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ROOT / "sql" / "queries"

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from connectors.warehouse import open_warehouse
 from connectors.warehouse.ledger import envelope_root_states
 from core.orphans import RootState
+
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
 
 
 def test_stopped_roots_come_from_agents_envelopes(fresh_database_url: str) -> None:

@@ -34,6 +34,8 @@ from simulator.ib.ibnetdiscover import write_ibnetdiscover
 from simulator.kube.populate import node_objects
 from tests.unit.test_topology_support import truth_with
 
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
+
 runner = CliRunner()
 
 

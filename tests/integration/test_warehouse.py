@@ -17,6 +17,8 @@ from connectors.warehouse.embedded import ensure_server, stop_server
 from connectors.warehouse.migrate import current_revision, head_revision
 from core.quality import MAX_QUARANTINE_PAYLOAD, Quarantined
 
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
+
 BRIEF_SCHEMAS = {"raw", "ops", "topology", "telemetry", "agents", "staging", "finops", "efficiency"}
 
 
