@@ -28,7 +28,7 @@ from controllers.budget_webhook import make_app
 from controllers.tls import self_signed_cert
 from core.budget import BudgetConfig, Envelope, Unlabeled
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 P = "gpufabric.io"
 NOW = dt.datetime(2026, 12, 31, 12, 0, tzinfo=dt.UTC)
 

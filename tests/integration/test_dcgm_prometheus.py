@@ -31,6 +31,8 @@ from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
 from simulator.twin import stop_pids
 
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
+
 NODES = 16
 SCRAPE_S = 1
 WINDOW_S = 6  # seconds of scrapes the query test reads

@@ -38,7 +38,7 @@ from core.budget import BudgetConfig, Envelope, PodRequest, parse_pod
 from core.publish.admission import TopologyIndex
 from tests.unit.fuzz_inputs import Mutated
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 P = "gpufabric.io"
 BLOCK = "fabric.gpufabric.io/block"
 HOST = "kubernetes.io/hostname"

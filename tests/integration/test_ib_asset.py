@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from typer.testing import CliRunner
 
 from assets.infiniband import ib_fabric, nvlink_domains
@@ -17,6 +18,8 @@ from simulator.ib.ufm import UfmTwinThread
 from simulator.spec import load_spec
 from simulator.specs import resolve_spec_path
 from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
 
 
 def test_fabric_managers_land_with_status_and_quarantine(tmp_path: Path, warehouse) -> None:  # type: ignore[no-untyped-def]

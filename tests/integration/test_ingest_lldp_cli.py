@@ -28,7 +28,7 @@ from core.lldp import LldpNeighbor
 from pipelines.cli import app as cli_app
 from tests.unit.test_vendor_lldp_captures import FORMAT_OF  # case folder (vendor, format) -> --format
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "fixtures"

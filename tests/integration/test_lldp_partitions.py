@@ -22,7 +22,7 @@ from pipelines.resources import SiteConfigResource, WarehouseResource
 from services.topology.store import load_observations
 from settings import load_settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 snmp_site = support.snmp_site  # the shared session fixture (one snmpsim per spec)
 
 

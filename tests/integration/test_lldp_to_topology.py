@@ -55,7 +55,7 @@ from simulator.ssh import start_twin as start_ssh
 from simulator.twin import TwinRun
 from tests.unit.test_topology_support import assert_model_matches_truth
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.warehouse_only]  # only Postgres of the site (tests/conftest.py)
 SPEC = "h100-1su"
 
 Link = frozenset[tuple[str, str]]

@@ -17,6 +17,8 @@ from assets.lldp.resources import SnmpCollectorResource
 from core.models import LinkKind
 from pipelines.resources import SiteConfigResource, WarehouseResource
 
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
+
 snmp_site = support.snmp_site  # the shared session fixture (one snmpsim per spec)
 
 

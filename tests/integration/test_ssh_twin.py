@@ -31,6 +31,8 @@ from simulator.snmp.twin import stop
 from simulator.ssh import start_twin
 from simulator.twin import TwinRun
 
+pytestmark = pytest.mark.warehouse_only  # only Postgres of the site (tests/conftest.py)
+
 snmp_site = support.snmp_site
 
 
