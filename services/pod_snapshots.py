@@ -26,22 +26,8 @@ from core.finops.trees import TreePod, tree_usage
 from core.quality import CollectionStatus, Parsed
 
 TREE_COLUMNS = (
-    "root_id",
-    "client",
-    "task",
-    "agent_type",
-    "tier",
-    "clusters",
-    "pods_total",
-    "live_pods",
-    "max_depth",
-    "max_fan_out",
-    "gpus_live",
-    "gpu_hours",
-    "cost_usd",
-    "burn_rate_usd_per_hour",
-    "unpriced_pods",
-    "first_start",
+    "root_id", "client", "task", "agent_type", "tier", "clusters", "pods_total", "live_pods", "max_depth",
+    "max_fan_out", "gpus_live", "gpu_hours", "cost_usd", "burn_rate_usd_per_hour", "unpriced_pods", "first_start",
     "as_of",
 )
 
@@ -129,46 +115,12 @@ def refresh_tree_usage(conn: psycopg.Connection, roots: Sequence[str], as_of: da
     cards = load_rate_cards(conn)
     models: dict[str, str | None] = {}
     pods: list[TreePod] = []
-    for (
-        cluster,
-        uid,
-        root,
-        parent,
-        depth,
-        client,
-        task,
-        agent_type,
-        tier,
-        node,
-        phase,
-        start,
-        end,
-        last_seen,
-        gpus,
-        mig,
-        gpu_model,
-    ) in rows:
+    for (cluster, uid, root, parent, depth, client, task, agent_type, tier, node, phase, start, end, last_seen, gpus,
+         mig, gpu_model) in rows:
         units = GpuRequests(gpus=gpus, mig=dict(mig or {})).units()
         models[uid] = gpu_model
-        pods.append(
-            TreePod(
-                uid,
-                cluster,
-                root,
-                parent,
-                depth,
-                client,
-                task,
-                agent_type,
-                tier,
-                node,
-                phase,
-                start,
-                end,
-                last_seen,
-                units,
-            )
-        )
+        pods.append(TreePod(uid, cluster, root, parent, depth, client, task, agent_type, tier, node, phase, start, end,
+                            last_seen, units))
 
     def rate(p: TreePod) -> Decimal | None:
         card = find_rate(cards, models.get(p.uid), p.tier, as_of.date())
@@ -176,33 +128,12 @@ def refresh_tree_usage(conn: psycopg.Connection, roots: Sequence[str], as_of: da
 
     usage = tree_usage(pods, as_of, rate)
     conn.execute("DELETE FROM agents.tree_usage WHERE root_id = ANY(%s)", (list(roots),))
-    copy_rows(
-        conn,
-        "agents.tree_usage",
-        TREE_COLUMNS,
-        (
-            (
-                u.root_id,
-                u.client,
-                u.task,
-                u.agent_type,
-                u.tier,
-                u.clusters,
-                u.pods_total,
-                u.live_pods,
-                u.max_depth,
-                u.max_fan_out,
-                u.gpus_live,
-                u.gpu_hours,
-                u.cost_usd,
-                u.burn_rate_usd_per_hour,
-                u.unpriced_pods,
-                u.first_start,
-                u.as_of,
-            )
-            for u in usage
-        ),
-    )
+    copy_rows(conn, "agents.tree_usage", TREE_COLUMNS, (
+        (u.root_id, u.client, u.task, u.agent_type, u.tier, u.clusters, u.pods_total, u.live_pods, u.max_depth,
+         u.max_fan_out, u.gpus_live, u.gpu_hours, u.cost_usd, u.burn_rate_usd_per_hour, u.unpriced_pods,
+         u.first_start, u.as_of)
+        for u in usage
+    ))
     return len(usage)
 
 
@@ -228,25 +159,12 @@ def land_pod_snapshots(
     with conn.transaction():
         out.node_changes = _node_changes(conn, cluster, records)
         out.pods, out.quarantined = land_collection(
-            conn,
-            run_id=run_id,
-            source=SOURCE,
-            device=cluster,
-            table="raw.k8s_pod_snapshots",
-            columns=POD_COLUMNS,
-            rows=(pod_row(run_id, r) for r in records),
-            quarantined=pods.quarantined,
-            status=status or pods.status,
-            started_at=started_at,
-            detail=detail,
+            conn, run_id=run_id, source=SOURCE, device=cluster, table="raw.k8s_pod_snapshots", columns=POD_COLUMNS,
+            rows=(pod_row(run_id, r) for r in records), quarantined=pods.quarantined,
+            status=status or pods.status, started_at=started_at, detail=detail,
         )
-        _, out.nodes = replace_rows(
-            conn,
-            "raw.k8s_node_snapshots",
-            {"run_id": run_id, "source": cluster},
-            NODE_COLUMNS,
-            (node_row(run_id, n) for n in nodes),
-        )
+        _, out.nodes = replace_rows(conn, "raw.k8s_node_snapshots", {"run_id": run_id, "source": cluster},
+                                    NODE_COLUMNS, (node_row(run_id, n) for n in nodes))
         roots = sorted({r.attribution.root_id for r in records} - {"unattributed"})
         as_of = max((r.collected_at for r in records), default=started_at)
         out.trees = refresh_tree_usage(conn, roots, as_of)
