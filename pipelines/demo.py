@@ -1,7 +1,8 @@
 """What `gpufabric demo` does besides running the assets: agents on the simulated cluster, a week of
 agent history, and the closing summary (issue 24, part 3: the demo tells a story, with money).
 
-Entry-point code (it drives the twins and prints): ``pipelines.cli`` calls it; nothing imports it.
+Entry-point code (it drives the twins and prints): ``pipelines.cli`` calls it; the tests land their
+simulated week through :func:`land_week`.
 """
 
 from __future__ import annotations
@@ -17,15 +18,10 @@ HISTORY_CLUSTER = "agents-week"
 
 def land_agent_history(wh: Any) -> str:
     """A simulated week of agent and training work (``simulator.agents.week``: 8 GPU nodes, agent
-    trees of every tier, a runaway tree in its last hour) landed as cluster ``agents-week``
-    through the loaders the collectors use (pods: ``services.pod_snapshots``; DCGM samples:
-    ``land_samples``), so the cost fact has a baseline and the anomaly detector a runaway to find.
+    trees of every tier, a runaway tree in its last hour) landed as cluster ``agents-week`` by
+    :func:`land_week`, so the cost fact has a baseline and the anomaly detector a runaway to find.
     The week ends with the current hour, where the detector looks. Landed once per warehouse;
     returns the line the demo prints."""
-    from connectors.kube.pods import node_snapshot, parse_pods
-    from connectors.prometheus.storage import land_samples
-    from core.telemetry import parse_matrix
-    from services.pod_snapshots import land_pod_snapshots
     from simulator.agents import runaway_tree, simulate_week
 
     with wh.connect() as conn:
@@ -37,28 +33,47 @@ def land_agent_history(wh: Any) -> str:
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     week = simulate_week(HISTORY_CLUSTER, start=hour - timedelta(hours=167), namespace_suffix="-history")
     runaway = runaway_tree(week)  # its hour (167) is the current one
-    pods = parse_pods(week.snapshot_events(), cluster=week.cluster, prefix=week.prefix)
-    first, last = week.node_observation_times()
-    manifests = week.node_manifests()
-    telemetry = parse_matrix(week.telemetry_matrix())
-    run_id = f"demo-history-{hour:%Y%m%d%H}"
     with wh.connect() as conn:
+        landed, _ = land_week(conn, week, week.pods, run_id=f"demo-history-{hour:%Y%m%d%H}", with_nodes=True)
+        conn.commit()
+    return (
+        f"a simulated week of agent history (simulator/agents/week.py, cluster {HISTORY_CLUSTER}): "
+        f"{landed.pods} pods in {landed.trees} agent trees on {len(week.node_manifests())} GPU nodes, with a "
+        f"runaway tree of {len(runaway)} pods in the current hour"
+    )
+
+
+def land_week(conn: Any, week: Any, pods: Any, *, run_id: str, with_nodes: bool) -> tuple[Any, Any]:
+    """Land ``pods`` of a simulated week (``simulator.agents.SimWeek``) through the loaders the
+    collectors use: the pod manifests as a collector saw them (``parse_pods``,
+    ``services.pod_snapshots``), with the week's nodes at its first and last observation when
+    ``with_nodes``, and the DCGM samples Prometheus would return (``parse_matrix``,
+    ``land_samples``). The caller commits. Returns (what landed, the parsed samples); the tests'
+    simulated week goes through here too."""
+    from connectors.kube.pods import node_snapshot, parse_pods
+    from connectors.prometheus.storage import land_samples
+    from core.telemetry import parse_matrix
+    from services.pod_snapshots import land_pod_snapshots
+
+    parsed = parse_pods(week.snapshot_events(pods), cluster=week.cluster, prefix=week.prefix)
+    if with_nodes:
+        first, last = week.node_observation_times()
+        manifests = week.node_manifests()
         landed = land_pod_snapshots(
-            conn, run_id=run_id, cluster=week.cluster, pods=pods, started_at=week.start,
+            conn, run_id=run_id, cluster=week.cluster, pods=parsed, started_at=week.start,
             nodes=[node_snapshot(n, cluster=week.cluster, collected_at=first) for n in manifests],
         )  # fmt: skip
-        # The node snapshot table keys one row per node per run: the week's last observation is a run of its own.
+        # The node snapshot table keys one row per node per run: the last observation is a run of its own.
         land_pod_snapshots(
             conn, run_id=run_id + "-end", cluster=week.cluster, pods=parse_pods([], cluster=week.cluster),
             started_at=last, nodes=[node_snapshot(n, cluster=week.cluster, collected_at=last) for n in manifests],
         )  # fmt: skip
-        land_samples(conn, telemetry, run_id=run_id, device=f"sim-{week.cluster}", started_at=week.start)
-        conn.commit()
-    return (
-        f"a simulated week of agent history (simulator/agents/week.py, cluster {HISTORY_CLUSTER}): "
-        f"{landed.pods} pods in {landed.trees} agent trees on {len(manifests)} GPU nodes, with a runaway tree of "
-        f"{len(runaway)} pods in the current hour"
-    )
+    else:
+        landed = land_pod_snapshots(conn, run_id=run_id, cluster=week.cluster, pods=parsed, nodes=[],
+                                    started_at=week.start)  # fmt: skip
+    telemetry = parse_matrix(week.telemetry_matrix(pods))
+    land_samples(conn, telemetry, run_id=run_id, device=f"sim-{week.cluster}", started_at=week.start)
+    return landed, telemetry
 
 
 def start_agents(result: Any, wh: Any, err: Console) -> str:

@@ -2,8 +2,9 @@
 
 One fresh database for the module. The week (simulator/agents) is rendered as the pod manifests a
 collector would have seen (with their times) and the DCGM samples Prometheus would return; pods go
-through ``connectors.kube.pods.parse_pods`` and ``assets.finops.land_pod_snapshots`` (the asset's
-own loader), telemetry through ``core.telemetry.parse_matrix`` and ``land_samples``. Then one
+through ``connectors.kube.pods.parse_pods`` and ``services.pod_snapshots`` (the asset's own
+loader), telemetry through ``core.telemetry.parse_matrix`` and ``land_samples``
+(``pipelines.demo.land_week``, which the demo's agent history goes through too). Then one
 ``dbt build`` of the FinOps models and everything upstream, the anomaly detector, a runaway agent
 tree landed as a second run, a second build, the detector and the alert sensor against a real
 HTTP receiver on loopback that fails its first deliveries.
@@ -34,15 +35,12 @@ from psycopg.rows import dict_row
 
 from assets.finops.anomalies import detect_anomalies, finops_anomaly_alerts
 from assets.finops.resources import AlertWebhookResource
-from connectors.kube.pods import node_snapshot, parse_pods
-from connectors.prometheus.storage import land_samples
 from connectors.warehouse import Warehouse, open_warehouse
 from core.finops.anomaly import Thresholds
 from core.finops.money import RateCard, round_line
 from core.finops.price_book import build_price_book
-from core.telemetry import parse_matrix
+from pipelines import demo
 from pipelines.resources import WarehouseResource
-from services.pod_snapshots import land_pod_snapshots
 from services.price_book import COST_FACT_SELECT, load_price_book
 from settings import load_settings
 from simulator.agents import SimWeek, runaway_tree, simulate_week
@@ -82,25 +80,9 @@ def dbt_build(wh: Warehouse, target: Path) -> str:
 
 
 def land_week(wh: Warehouse, week: SimWeek, pods: list[Any], *, with_nodes: bool) -> Any:
-    run_id = f"sim-{uuid.uuid4()}"
-    parsed = parse_pods(week.snapshot_events(pods), cluster=week.cluster, prefix=week.prefix)
-    nodes = [node_snapshot(n, cluster=week.cluster, collected_at=t)
-             for t in week.node_observation_times() for n in week.node_manifests()] if with_nodes else []
-    # The node snapshot table keys one row per node per run: land each observation as its own run.
     with wh.connect() as conn:
-        if with_nodes:
-            first, last = week.node_observation_times()
-            landed = land_pod_snapshots(conn, run_id=run_id, cluster=week.cluster, pods=parsed,
-                                        nodes=[n for n in nodes if n.collected_at == first], started_at=week.start)
-            empty = parse_pods([], cluster=week.cluster)
-            land_pod_snapshots(conn, run_id=run_id + "-end", cluster=week.cluster, pods=empty,
-                               nodes=[n for n in nodes if n.collected_at == last], started_at=last)
-        else:
-            landed = land_pod_snapshots(conn, run_id=run_id, cluster=week.cluster, pods=parsed, nodes=[],
-                                        started_at=week.start)
-        telemetry = parse_matrix(week.telemetry_matrix(pods))
+        landed, telemetry = demo.land_week(conn, week, pods, run_id=f"sim-{uuid.uuid4()}", with_nodes=with_nodes)
         assert not telemetry.quarantined
-        land_samples(conn, telemetry, run_id=run_id, device=f"sim-{week.cluster}", started_at=week.start)
         conn.commit()
     return landed
 
