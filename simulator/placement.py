@@ -42,7 +42,7 @@ from core.publish import KueuePolicy, LabelScheme, TenantSpec, desired_state
 from core.publish.admission import PREFERRED, REQUIRED
 from core.topology.model import TopologyModel
 from simulator.controlplane import ControlPlane, wait_for_default_service_account
-from simulator.controlplane.api import APPLY_PATCH, MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError
+from simulator.controlplane.api import APPLY_PATCH, MERGE_PATCH, STRATEGIC_PATCH, Api, ApiError, ensure_namespace
 from simulator.controlplane.nodes import now_rfc3339
 
 PLACERS: tuple[str, ...] = ("unaware", "kueue-required", "kueue-preferred", "advisor")
@@ -127,7 +127,7 @@ def prepare_site(plane: ControlPlane, nodes: Sequence[Mapping[str, Any]], model:
                 api.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": labels}}, MERGE_PATCH,
                           fieldManager=FIELD_MANAGER)  # fmt: skip
         for namespace in (tenant, f"{tenant}-bg"):
-            _ensure_namespace(api, namespace)
+            ensure_namespace(api, namespace)
         for obj in state.objects:
             meta = obj["metadata"]
             base = f"{KUEUE}/namespaces/{meta['namespace']}" if meta.get("namespace") else KUEUE
@@ -140,14 +140,6 @@ def prepare_site(plane: ControlPlane, nodes: Sequence[Mapping[str, Any]], model:
         wait_for_default_service_account(plane, namespace)
     view = FabricView.from_model(model, scheme)
     return Site(plane, view, tenant, {h: g for h, g in gpus.items() if h in view.hosts})
-
-
-def _ensure_namespace(api: Api, name: str) -> None:
-    try:
-        api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
 
 
 def _active(api: Api, queue: str) -> bool:

@@ -134,3 +134,12 @@ class Api:
             for line in response.iter_lines():
                 if line.strip():
                     yield json.loads(line)
+
+
+def ensure_namespace(api: Api, name: str) -> None:
+    """Create namespace ``name`` unless it is there already."""
+    try:
+        api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except ApiError as exc:
+        if exc.status != 409:
+            raise

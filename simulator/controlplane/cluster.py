@@ -47,7 +47,7 @@ from typing import Any
 import httpx
 import yaml
 
-from simulator.controlplane.api import Api, ApiError, tls_context
+from simulator.controlplane.api import Api, ApiError, ensure_namespace, tls_context
 from simulator.controlplane.build import Binaries, build
 from simulator.controlplane.nodes import register_nodes
 from simulator.controlplane.pki import Authority, service_account_keys
@@ -610,7 +610,7 @@ def _start(workdir: Path, binaries: Binaries, say: Progress, ready_timeout: floa
             _wait(launcher, name, deadline(), lambda url=url: _http_ok(url, verify=False))  # type: ignore[misc]
 
         say(f"controlplane: installing the Kueue {binaries.versions.kueue} CRDs")
-        _ensure_namespace(api, KUEUE_NAMESPACE)
+        ensure_namespace(api, KUEUE_NAMESPACE)
         crd_names = _install_crds(api, binaries.kueue_crd_dir)
         _wait(
             launcher,
@@ -698,14 +698,6 @@ def _kueue_config(ports: dict[str, int], cert_dir: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------- Kueue objects
-
-
-def _ensure_namespace(api: Api, name: str) -> None:
-    try:
-        api.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
 
 
 def _install_crds(api: Api, crd_dir: Path) -> list[str]:
