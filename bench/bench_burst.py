@@ -40,6 +40,7 @@ from typing import Any
 
 from bench.burst_metrics import Scraper, Target, event_reasons, phase_table, plane_targets
 from bench.common import Spread, ratio_line, rotation
+from core import quantiles
 
 P = "gpufabric.io"
 CONTENDERS = ("kueue", "scheduler", "gpufabric")
@@ -66,10 +67,8 @@ class Outcome:
 
 
 def nearest_rank(values: list[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+    """``core.quantiles.nearest_rank``, NaN for no values (a contender none of whose pods ran)."""
+    return quantiles.nearest_rank(values, q) if values else math.nan
 
 
 def run_once(contender: str, args: argparse.Namespace, plane: Any, targets: list[Target] | None = None) -> Outcome:

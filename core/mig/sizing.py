@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from core.mig.demand import Isolation, SliceRequest, TenantDemand, resolve_profile
 from core.mig.profiles import UnknownModelError, model_named
+from core.quantiles import nearest_rank
 
 MIB_PER_GIB = 1024
 
@@ -99,10 +100,7 @@ class HistoryDemand:
 
 def quantile(values: Sequence[float], q: float) -> float:
     """Nearest-rank quantile (the smallest value with at least ``q`` of the values at or below it)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    return nearest_rank(values, q) if values else 0.0
 
 
 def _finite(values: Iterable[object]) -> tuple[list[float], int]:

@@ -31,6 +31,7 @@ from core.placement.workload import (
     generate_jobs,
     schedule,
 )
+from core.quantiles import nearest_rank
 from core.topology.model import TopologyModel
 
 SIMULATED_PLACERS: tuple[str, ...] = ("unaware", "kueue-required", "advisor")
@@ -89,12 +90,6 @@ def job_result(view: FabricView, job: Job, placer: str, hosts: Sequence[str], st
                      len({view.value(h, "spine_group") for h in hosts}), job.gpu_hours)  # fmt: skip
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile: a value some job had, never an interpolation."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
 def summarise(results: Sequence[JobResult], *, per_week: float = 1.0) -> list[SizeRow]:
     """Per placer, one row per job size and one for all (``nodes`` 0); GPU-hours lost scaled by
     ``per_week`` (7 / simulated days)."""
@@ -104,7 +99,7 @@ def summarise(results: Sequence[JobResult], *, per_week: float = 1.0) -> list[Si
         for n in [*sorted({r.nodes for r in mine}), 0]:
             rs = [r for r in mine if n in (0, r.nodes)]
             ratios = [r.ratio for r in rs]
-            rows.append(SizeRow(placer, n, len(rs), statistics.median(ratios), _pct(ratios, 0.9),
+            rows.append(SizeRow(placer, n, len(rs), statistics.median(ratios), nearest_rank(ratios, 0.9),
                                 sum(r.blocks > 1 for r in rs) / len(rs), sum(r.spine_groups > 1 for r in rs) / len(rs),
                                 per_week * sum(r.lost_gpu_hours for r in rs)))  # fmt: skip
     return rows
