@@ -67,15 +67,17 @@ def _arguments(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _price(product: str) -> Decimal:
-    from core.finops.price_book import build_price_book
+    from datetime import UTC, datetime
+
+    from core.finops.money import DEFAULT_TIER, find_rate
+    from core.finops.price_book import as_rate_cards, build_price_book
     from settings import load_settings
 
-    rows = [
-        r for r in build_price_book(load_settings(RATE_CARDS).rate_cards) if r.gpu_model == product and r.tier == "*"
-    ]
-    if not rows:
+    cards = as_rate_cards(build_price_book(load_settings(RATE_CARDS).rate_cards))
+    card = find_rate(cards, product, DEFAULT_TIER, datetime.now(UTC).date())
+    if card is None:
         raise SystemExit(f"no '*' rate card for {product} in {RATE_CARDS}")
-    return rows[-1].unit_price
+    return card.usd_per_gpu_hour
 
 
 def _fabric(name: str) -> tuple[Any, Any, str]:

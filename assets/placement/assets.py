@@ -8,13 +8,15 @@ real schedulers' version of the same figures is ``python -m bench --only placeme
 No ``from __future__ import annotations`` here: Dagster reads the annotations at runtime.
 """
 
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import dagster as dg
 
 from assets.metadata import table
 from connectors.warehouse import Warehouse
-from core.finops.price_book import build_price_book
+from core.finops.money import DEFAULT_TIER, find_rate
+from core.finops.price_book import as_rate_cards, build_price_book
 from core.placement import seed_claim_sweep
 from core.placement.what_if import what_if
 from core.topology.model import model_from_json
@@ -37,8 +39,10 @@ class WhatIfConfig(dg.Config):
 
 
 def _price(site: Settings, gpu_model: str) -> Decimal | None:
-    rows = [r for r in build_price_book(site.rate_cards) if r.gpu_model == gpu_model and r.tier == "*"]
-    return rows[-1].unit_price if rows else None
+    """Today's price of a GPU-hour of ``gpu_model`` on the site's rate card for every tier."""
+    cards = as_rate_cards(build_price_book(site.rate_cards))
+    card = find_rate(cards, gpu_model, DEFAULT_TIER, datetime.now(UTC).date())
+    return None if card is None else card.usd_per_gpu_hour
 
 
 @dg.asset(

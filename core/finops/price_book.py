@@ -19,6 +19,8 @@ from datetime import date
 from decimal import Decimal
 from typing import Protocol
 
+from core.finops.money import RateCard
+
 DEFAULT_TIER = "*"
 PRICE_PLACES = 4
 BEGINNING = date(1970, 1, 1)  # "always": the cost fact has no hour before the Unix epoch
@@ -173,3 +175,9 @@ def price_changes(old: Sequence[PriceBookRow], new: Sequence[PriceBookRow]) -> d
 
 __all__ = ["BEGINNING", "ISO_4217", "PriceBookError", "PriceBookRow", "RateCardLike", "build_price_book",
            "price_changes"]
+
+
+def as_rate_cards(rows: Iterable[PriceBookRow]) -> list[RateCard]:
+    """The price book's rows as the rate cards pricing reads (``core.finops.money.find_rate``)."""
+    return [RateCard(r.gpu_model, r.tier, r.unit_price, r.list_unit_price, r.effective_from, r.effective_to)
+            for r in rows]  # fmt: skip

@@ -38,7 +38,7 @@ from assets.finops.resources import AlertWebhookResource
 from connectors.warehouse import Warehouse, open_warehouse
 from core.finops.anomaly import Thresholds
 from core.finops.money import RateCard, round_line
-from core.finops.price_book import build_price_book
+from core.finops.price_book import as_rate_cards, build_price_book
 from pipelines import demo
 from pipelines.resources import WarehouseResource
 from services.price_book import COST_FACT_SELECT, load_price_book
@@ -59,8 +59,7 @@ PRICE_FILE = ROOT / "tests" / "fixtures" / "finops" / "rate_cards.yaml"
 
 
 def rate_cards() -> list[RateCard]:
-    return [RateCard(r.gpu_model, r.tier, r.unit_price, r.list_unit_price, r.effective_from, r.effective_to)
-            for r in build_price_book(load_settings(PRICE_FILE).rate_cards)]
+    return as_rate_cards(build_price_book(load_settings(PRICE_FILE).rate_cards))
 
 
 def load_test_price_book(wh: Warehouse) -> None:
