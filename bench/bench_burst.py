@@ -8,12 +8,20 @@ the node agent), emptied before each run, by three contenders:
   (Kueue's pod integration gates it until its Workload is admitted, then kube-scheduler places it);
 * ``scheduler``: no queue, no gate, every pod straight to kube-scheduler (its defaults);
 * ``gpufabric``: every pod created with the ``gpufabric.io/burst-admission`` gate, no queue, and
-  ``controllers.burst_admission`` (in-process, Lease-elected) releasing what fits.
+  ``controllers.burst_admission`` (in-process, Lease-elected) releasing what fits;
+* ``kueue-flat`` (only when named in ``--contenders``): the queues as published but the
+  ResourceFlavor without its ``topologyName`` (no topology-aware placement: Kueue reserves quota
+  and kube-scheduler picks the node), to tell Kueue's quota path from its placement path.
 
-One observer measures them the same way: the lag watch (``connectors.kube.lag.watch_lag``: the API
-server's own stamps, whole seconds) from creation to Running per pod, over the whole run. A run
-ends when every burst pod has run, or ``--settle`` seconds after the last create (the pods left
-are reported as never running). Rounds rotate the contenders' order (``bench.common``).
+Every run meets the same cluster: the fake nodes and the bound background (``Stage``) are set up
+once per bench and kept, and a run's clean-up deletes only its own tenants' namespaces and
+ClusterQueues and waits for them to go (at 1,024 nodes the background is 5,493 bound pods; setting
+it up again per run, and deleting it with the burst, cost minutes per run and loaded the API
+server beside the next run). One observer measures them the same way: the lag watch
+(``connectors.kube.lag.watch_lag``: the API server's own stamps, whole seconds) from creation to
+Running per pod, over the whole run. A run ends when every burst pod has run, or ``--settle``
+seconds after the last create (the pods left are reported as never running). Rounds rotate the
+contenders' order (``bench.common``).
 
 Printed per contender: p50/p99/max creation-to-Running lag (and p50/p99 per tier), time from the
 first create until the last pod runs, pods never running; GPUs held as headroom (0: this design keeps no placeholders);
@@ -26,6 +34,7 @@ also the causes' evidence: kube-scheduler's, Kueue's and kube-apiserver's own me
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import shutil
 import statistics
@@ -44,6 +53,8 @@ from core import quantiles
 
 P = "gpufabric.io"
 CONTENDERS = ("kueue", "scheduler", "gpufabric")
+OPTIONAL = ("kueue-flat",)
+QUEUED = ("kueue", "kueue-flat")
 TIERS = ("interactive", "standard", "batch")
 
 
@@ -71,32 +82,120 @@ def nearest_rank(values: list[float], q: float) -> float:
     return quantiles.nearest_rank(values, q) if values else math.nan
 
 
-def run_once(contender: str, args: argparse.Namespace, plane: Any, targets: list[Target] | None = None) -> Outcome:
+@dataclass(frozen=True)
+class Stage:
+    """The cluster every run of one bench shares: the plan's fake nodes (``node_prefix``) and the
+    bound background in namespaces of its own, set up once and kept between runs."""
+
+    node_prefix: str
+    nodes: int
+    background: int
+    seconds: float
+
+
+def set_stage(args: argparse.Namespace, plane: Any) -> Stage:
+    """Register the nodes and bind the background (``plan_burst`` draws both from the seed before
+    anything else, so every run's plan names the same nodes and the same bound pods)."""
+    from simulator.agents.burst import plan_burst
+    from simulator.agents.burst_driver import ensure_namespaces, kube_client, prefill, register_nodes
+
+    tag = uuid.uuid4().hex[:5]
+    plan = plan_burst(seed=args.seed, trees=1, pods=1, nodes=args.nodes, busy_fraction=args.busy,
+                      tenant_suffix=f"-bg{tag}", node_prefix=f"b{tag}")  # fmt: skip
+    api = kube_client(plane.kubeconfig, pool=32)
+    started = time.monotonic()
+    try:
+        register_nodes(api, plan)
+        ensure_namespaces(api, plan)
+        background = prefill(api, plan, workers=32)
+        if not background.ok:
+            raise RuntimeError(f"background: {background.summary()}")
+    finally:
+        api.close()
+    stage = Stage(f"b{tag}", len(plan.nodes), len(plan.background), time.monotonic() - started)
+    print(f"stage: {stage.nodes:,} nodes and {stage.background:,} bound background pods set up in "
+          f"{stage.seconds:.0f} s, kept for every run", flush=True)  # fmt: skip
+    return stage
+
+
+def clear_run(api: Any, plan: Any, timeout_s: float = 900.0) -> None:
+    """Delete one run's tenants (their namespaces, so its burst pods, and their ClusterQueues) and
+    wait until they are gone: thousands of pods being deleted beside the next run would load the
+    API server and the scheduler's informers during it. The nodes and the background stay."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
+
+    from simulator.agents.burst_driver import KUEUE_GROUP, KUEUE_VERSION
+
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    queues = [o["metadata"]["name"] for o in plan.kueue_objects() if o["kind"] == "ClusterQueue"]
+    for namespace in plan.namespaces():
+        try:
+            core.delete_namespace(namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = {ns.metadata.name for ns in core.list_namespace().items} & set(plan.namespaces())
+        if not left:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"clean-up: namespaces {sorted(left)} still terminating after {timeout_s:.0f} s")
+        time.sleep(1.0)
+    for name in queues:  # its workloads went with the namespaces: Kueue lifts its finalizer
+        try:
+            custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    while queues:
+        try:
+            custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queues[-1])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            queues.pop()
+            continue
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"clean-up: ClusterQueue {queues[-1]} still there after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def without_topology(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The published Kueue objects with no topology-aware placement: no Topology, and each
+    ResourceFlavor without ``topologyName`` under a name of its own (``-flat``; a flavor's
+    topology cannot be taken away in place), the ClusterQueues pointing at it."""
+    flat: list[dict[str, Any]] = []
+    for obj in objects:
+        obj = copy.deepcopy(obj)
+        if obj["kind"] == "Topology":
+            continue
+        if obj["kind"] == "ResourceFlavor":
+            obj["metadata"]["name"] += "-flat"
+            obj["spec"].pop("topologyName", None)
+        if obj["kind"] == "ClusterQueue":
+            for group in obj["spec"]["resourceGroups"]:
+                for flavor in group["flavors"]:
+                    flavor["name"] += "-flat"
+        flat.append(obj)
+    return flat
+
+
+def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
+             targets: list[Target] | None = None) -> Outcome:  # fmt: skip
+    from kubernetes import client
 
     from connectors.kube.lag import watch_lag
     from controllers.burst_admission import BurstAdmission, LeaderElector
     from core.burst import GATE
     from simulator.agents.burst import ROLE_LABEL, plan_burst
-    from simulator.agents.burst_driver import (
-        apply_kueue_objects,
-        delete_burst,
-        ensure_namespaces,
-        kube_client,
-        prefill,
-        register_nodes,
-        replay,
-    )
-    from simulator.controlplane.reset import reset
+    from simulator.agents.burst_driver import apply_kueue_objects, ensure_namespaces, kube_client, replay
 
-    # Wait for the previous run's namespaces to go: 10,000 pods being deleted beside a burst would
-    # load the API server and the scheduler's informers during the next contender's run.
-    reset(plane, timeout=900, wait_namespaces=True)
     tag = uuid.uuid4().hex[:5]
     plan = plan_burst(seed=args.seed, trees=args.trees, pods=args.pods, window_s=args.window, nodes=args.nodes,
                       busy_fraction=args.busy, duration_scale=args.duration_scale, tenant_suffix=f"-{tag}",
-                      node_prefix=f"b{tag}")  # fmt: skip
+                      node_prefix=stage.node_prefix)  # fmt: skip
     api = kube_client(plane.kubeconfig, pool=32)
     loop: BurstAdmission | None = None
     thread: threading.Thread | None = None
@@ -106,13 +205,11 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, targets: list
     try:
         if scraper is not None:
             scraper.mark("setup")
-        register_nodes(api, plan)
         ensure_namespaces(api, plan)
         if contender == "kueue":
             apply_kueue_objects(api, plan)
-        background = prefill(api, plan, workers=32)
-        if not background.ok:
-            raise RuntimeError(f"background: {background.summary()}")
+        elif contender == "kueue-flat":
+            apply_kueue_objects(api, plan, objects=without_topology(plan.kueue_objects()))
         if contender == "gpufabric":
             elector = LeaderElector(api, "default", name=f"bench-burst-{tag}", lease_duration_s=5, renew_deadline_s=4)
             loop = BurstAdmission(api, elector, period_s=0.5, max_release=args.max_release)
@@ -124,7 +221,7 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, targets: list
         watcher.start()
         if scraper is not None:
             scraper.mark("burst")
-        report = replay(api, plan, workers=32, queues=contender == "kueue", time_scale=1.0,
+        report = replay(api, plan, workers=32, queues=contender in QUEUED, time_scale=1.0,
                         gate=GATE if contender == "gpufabric" else None)  # fmt: skip
         if report.failures:
             raise RuntimeError(f"replay: {report.summary()}; e.g. {next(iter(report.failures.items()))}")
@@ -187,9 +284,7 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, targets: list
             loop.stop()
             thread.join(30)
         try:
-            delete_burst(api, plan)
-        except ApiException as exc:  # the next run's reset deletes the namespaces and waits for them
-            print(f"    cleanup: {exc.status} {exc.reason}; the next run's reset removes the rest", flush=True)
+            clear_run(api, plan)
         finally:
             api.close()
 
@@ -245,9 +340,9 @@ def main(argv: list[str]) -> int:
         print("--trees applies to one burst size; with several --sizes each size has pods / 5 trees")
         return 2
     contenders = [c for c in args.contenders.split(",") if c]
-    unknown = set(contenders) - set(CONTENDERS)
+    unknown = set(contenders) - set(CONTENDERS) - set(OPTIONAL)
     if unknown:
-        print(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
+        print(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS + OPTIONAL)}")
         return 2
 
     from simulator.agents.burst import plan_burst
@@ -259,6 +354,7 @@ def main(argv: list[str]) -> int:
     failed = False
     try:
         targets = plane_targets(plane) if args.metrics else None
+        stage = set_stage(args, plane)
         for size in sizes:
             args.pods = size
             args.trees = args.trees if len(sizes) == 1 and args.trees else max(1, size // 5)
@@ -274,7 +370,7 @@ def main(argv: list[str]) -> int:
             results[size] = {c: [] for c in contenders}
             for k in range(rounds):
                 for contender in rotation(contenders, k):
-                    o = run_once(contender, args, plane, targets)
+                    o = run_once(contender, args, plane, stage, targets)
                     results[size][contender].append(o)
                     _print_run(k, contender, o)
                     failed |= contender == "gpufabric" and o.never > 0

@@ -221,12 +221,14 @@ def _plural(kind: str) -> str:
     return lower[:-1] + "ies" if lower.endswith("y") else lower + ("es" if lower.endswith("s") else "s")
 
 
-def apply_kueue_objects(api: client.ApiClient, plan: BurstPlan, *, field_manager: str = "gpufabric") -> int:
+def apply_kueue_objects(api: client.ApiClient, plan: BurstPlan, *, field_manager: str = "gpufabric",
+                        objects: Sequence[dict[str, Any]] | None = None) -> int:  # fmt: skip
     """Server-side apply the queues ``gpufabric publish`` would render for the plan's nodes and
-    tenants (:meth:`BurstPlan.kueue_objects`), as its field manager. For a plane without a site
-    pipeline; a test that has one publishes through the publisher itself."""
+    tenants (:meth:`BurstPlan.kueue_objects`), or ``objects`` (a variant of them), as its field
+    manager. For a plane without a site pipeline; a test that has one publishes through the
+    publisher itself."""
     custom = client.CustomObjectsApi(api)
-    objects = plan.kueue_objects()
+    objects = plan.kueue_objects() if objects is None else objects
     for obj in objects:
         meta = obj["metadata"]
         plural = _plural(obj["kind"])
