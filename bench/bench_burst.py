@@ -11,7 +11,12 @@ the node agent), emptied before each run, by three contenders:
   ``controllers.burst_admission`` (in-process, Lease-elected) releasing what fits;
 * ``kueue-flat`` (only when named in ``--contenders``): the queues as published but the
   ResourceFlavor without its ``topologyName`` (no topology-aware placement: Kueue reserves quota
-  and kube-scheduler picks the node), to tell Kueue's quota path from its placement path.
+  and kube-scheduler picks the node), to tell Kueue's quota path from its placement path;
+* ``gpufabric-headroom`` (only when named): ``gpufabric`` plus warm headroom
+  (``controllers/burst_headroom.py``): placeholder pods sized by the forecast
+  (``core/burst_headroom.py``) over a **modelled** history, last week's bursts (the same plan
+  with seeds seed+1 .. seed+7, one a day), capped at 5% of the GPUs, created before the burst and
+  preempted by it. Printed: GPUs held, their cost a day from the rate cards, placeholders preempted.
 
 Every run meets the same cluster: the fake nodes and the bound background (``Stage``) are set up
 once per bench and kept, and a run's clean-up deletes only its own tenants' namespaces and
@@ -24,10 +29,11 @@ seconds after the last create (the pods left are reported as never running). Rou
 contenders' order (``bench.common``).
 
 Printed per contender: p50/p99/max creation-to-Running lag (and p50/p99 per tier), time from the
-first create until the last pod runs, pods never running; GPUs held as headroom (0: this design keeps no placeholders);
-and ratios against each stock row from the same rounds. With ``--metrics`` (the default), per run
-also the causes' evidence: kube-scheduler's, Kueue's and kube-apiserver's own metrics per phase
-(setup, burst, drain; ``bench.burst_metrics``) and the Events in the burst's namespaces by reason.
+first create until the last pod runs, pods never running; GPUs held as headroom, their cost a day
+and the placeholders preempted; and ratios against each stock row from the same rounds. With
+``--metrics`` (the default), per run also the causes' evidence: kube-scheduler's, Kueue's and
+kube-apiserver's own metrics per phase (setup, burst, drain; ``bench.burst_metrics``) and the
+Events in the burst's namespaces by reason.
 ``--sizes 1000,5000`` runs each burst size in turn and prints the lag-growth table.
 """
 
@@ -42,18 +48,20 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from bench.burst_metrics import Scraper, Target, event_reasons, phase_table, plane_targets
-from bench.common import Spread, ratio_line, rotation
+from bench.common import Spread, ratio_line, rotation, usd_per_gpu_hour
 from core import quantiles
 
 P = "gpufabric.io"
 CONTENDERS = ("kueue", "scheduler", "gpufabric")
-OPTIONAL = ("kueue-flat",)
+OPTIONAL = ("kueue-flat", "gpufabric-headroom")
+GATED = ("gpufabric", "gpufabric-headroom")
 QUEUED = ("kueue", "kueue-flat")
 TIERS = ("interactive", "standard", "batch")
 
@@ -69,6 +77,9 @@ class Outcome:
     scheduled: list[float] = field(default_factory=list)  # creation -> PodScheduled, pods that got there
     admitted: list[float] = field(default_factory=list)  # creation -> Kueue Admitted (kueue only)
     replay: str = ""  # the driver's report: created, retried, how far behind the plan
+    headroom_gpus: float = 0.0  # GPUs the placeholders held when the burst started
+    headroom_usd_day: float = 0.0  # what holding them costs a day at the rate cards
+    preempted: int = 0  # placeholders kube-scheduler preempted for burst pods
     metrics: list[str] = field(default_factory=list)  # the per-phase table of the components' metrics
     events: dict[tuple[str, str], int] = field(default_factory=dict)  # (component, reason) -> repeats
 
@@ -118,7 +129,7 @@ def set_stage(args: argparse.Namespace, plane: Any) -> Stage:
     return stage
 
 
-def clear_run(api: Any, plan: Any, timeout_s: float = 900.0) -> None:
+def clear_run(api: Any, plan: Any, timeout_s: float = 900.0, extra_namespaces: Sequence[str] = ()) -> None:
     """Delete one run's tenants (their namespaces, so its burst pods, and their ClusterQueues) and
     wait until they are gone: thousands of pods being deleted beside the next run would load the
     API server and the scheduler's informers during it. The nodes and the background stay."""
@@ -129,7 +140,8 @@ def clear_run(api: Any, plan: Any, timeout_s: float = 900.0) -> None:
 
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     queues = [o["metadata"]["name"] for o in plan.kueue_objects() if o["kind"] == "ClusterQueue"]
-    for namespace in plan.namespaces():
+    namespaces = [*plan.namespaces(), *extra_namespaces]
+    for namespace in namespaces:
         try:
             core.delete_namespace(namespace, _preload_content=False)
         except ApiException as exc:
@@ -137,7 +149,7 @@ def clear_run(api: Any, plan: Any, timeout_s: float = 900.0) -> None:
                 raise
     deadline = time.monotonic() + timeout_s
     while True:
-        left = {ns.metadata.name for ns in core.list_namespace().items} & set(plan.namespaces())
+        left = {ns.metadata.name for ns in core.list_namespace().items} & set(namespaces)
         if not left:
             break
         if time.monotonic() > deadline:
@@ -182,15 +194,62 @@ def without_topology(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return flat
 
 
+def headroom_for(args: argparse.Namespace, plan: Any) -> dict[str, int]:
+    """Placeholders to keep: the forecast over a modelled week of bursts (the same plan with seeds
+    seed+1 .. seed+7, one a day at 09:00 UTC), capped at 5% of the plan's GPUs."""
+    from core.burst_headroom import DemandSample, HeadroomPolicy, capped, forecast
+    from simulator.agents.burst import plan_burst
+
+    samples = []
+    base = datetime(2026, 11, 23, 9, tzinfo=UTC)
+    for day in range(7):
+        past = plan_burst(seed=args.seed + 1 + day, trees=args.trees, pods=args.pods, window_s=args.window,
+                          nodes=args.nodes, busy_fraction=args.busy)  # fmt: skip
+        samples += [DemandSample(base + timedelta(days=day, seconds=p.offset_s), p.agent_type, p.tier,
+                                 {r: int(n) for r, n in p.requests.items()}) for p in past.pods]  # fmt: skip
+    whole, slices = plan.capacity()
+    policy = HeadroomPolicy()
+    desired = capped(forecast(samples, policy), whole + slices / 7, policy)
+    print(f"    headroom: forecast over a modelled week {forecast(samples, policy).units()}, held {desired} "
+          f"(at most {policy.max_fraction:.0%} of {whole + slices / 7:,.0f} GPUs)", flush=True)  # fmt: skip
+    return desired
+
+
+def warm_up(api: Any, headroom: Any, desired: dict[str, int], timeout_s: float = 300.0) -> None:
+    """Wait until the placeholders stand (the controller creates them before any burst pod exists),
+    creating the PriorityClass ``deploy/burst/burst-admission.yaml`` ships if the plane lacks it."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from simulator.controlplane.identity import manifest_documents
+
+    priority = next(d for d in manifest_documents() if d["kind"] == "PriorityClass")
+    try:
+        client.SchedulingV1Api(api).create_priority_class(priority)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    client.CoreV1Api(api).create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": headroom.namespace}})  # fmt: skip
+    deadline, started = time.monotonic() + timeout_s, time.monotonic()
+    while sum(headroom.live.values()) < sum(desired.values()) and time.monotonic() < deadline:
+        time.sleep(1.0)
+    print(f"    headroom: {headroom.live} placeholders standing after {time.monotonic() - started:.0f} s "
+          f"(desired {desired})", flush=True)  # fmt: skip
+
+
 def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
              targets: list[Target] | None = None) -> Outcome:  # fmt: skip
     from kubernetes import client
 
     from connectors.kube.lag import watch_lag
     from controllers.burst_admission import BurstAdmission, LeaderElector
+    from controllers.burst_headroom import Headroom
     from core.burst import GATE
+    from core.burst_headroom import gpus_of
     from simulator.agents.burst import ROLE_LABEL, plan_burst
     from simulator.agents.burst_driver import apply_kueue_objects, ensure_namespaces, kube_client, replay
+    from simulator.agents.week import H100
 
     tag = uuid.uuid4().hex[:5]
     plan = plan_burst(seed=args.seed, trees=args.trees, pods=args.pods, window_s=args.window, nodes=args.nodes,
@@ -210,11 +269,19 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
             apply_kueue_objects(api, plan)
         elif contender == "kueue-flat":
             apply_kueue_objects(api, plan, objects=without_topology(plan.kueue_objects()))
-        if contender == "gpufabric":
+        headroom: Headroom | None = None
+        if contender == "gpufabric-headroom":
+            desired = headroom_for(args, plan)
+            headroom = Headroom(api, lambda _gpus: desired, namespace=f"headroom-{tag}")
+        if contender in GATED:
             elector = LeaderElector(api, "default", name=f"bench-burst-{tag}", lease_duration_s=5, renew_deadline_s=4)
-            loop = BurstAdmission(api, elector, period_s=0.5, max_release=args.max_release)
+            loop = BurstAdmission(api, elector, period_s=0.5, max_release=args.max_release, headroom=headroom)
             thread = threading.Thread(target=loop.run, daemon=True)
             thread.start()
+        if headroom is not None:
+            warm_up(api, headroom, desired)
+            held = headroom.live
+            outcome_headroom = (float(gpus_of(held)), float(gpus_of(held)) * 24 * float(usd_per_gpu_hour(H100)))
         since = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
         watcher = threading.Thread(target=lambda: out.setdefault("lag", watch_lag(
             api, cluster="bench", seconds=3600, since=since, prefix=P, stop=stop)), daemon=True)  # fmt: skip
@@ -222,7 +289,7 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
         if scraper is not None:
             scraper.mark("burst")
         report = replay(api, plan, workers=32, queues=contender in QUEUED, time_scale=1.0,
-                        gate=GATE if contender == "gpufabric" else None)  # fmt: skip
+                        gate=GATE if contender in GATED else None)  # fmt: skip
         if report.failures:
             raise RuntimeError(f"replay: {report.summary()}; e.g. {next(iter(report.failures.items()))}")
         if scraper is not None:
@@ -269,6 +336,9 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
         if ran_at:
             outcome.last_running_s = (max(r.running_at for r in ran_at) - first).total_seconds()
         outcome.released = loop.released_total if loop is not None else 0
+        if headroom is not None:
+            outcome.headroom_gpus, outcome.headroom_usd_day = outcome_headroom
+            outcome.preempted = headroom.preempted
         outcome.scheduled = [(r.scheduled_at - r.created_at).total_seconds() for r in burst if r.scheduled_at]
         outcome.admitted = [(r.admitted_at - r.created_at).total_seconds() for r in burst if r.admitted_at]
         outcome.replay = report.summary()
@@ -284,7 +354,7 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
             loop.stop()
             thread.join(30)
         try:
-            clear_run(api, plan)
+            clear_run(api, plan, extra_namespaces=[f"headroom-{tag}"] if contender == "gpufabric-headroom" else [])
         finally:
             api.close()
 
@@ -373,7 +443,7 @@ def main(argv: list[str]) -> int:
                     o = run_once(contender, args, plane, stage, targets)
                     results[size][contender].append(o)
                     _print_run(k, contender, o)
-                    failed |= contender == "gpufabric" and o.never > 0
+                    failed |= contender in GATED and o.never > 0
             _print_summary(results[size], contenders)
             if len(sizes) > 1:  # after every size, so a run stopped at the next one keeps these rows
                 _print_growth(results, contenders)
@@ -400,10 +470,12 @@ def med(values: list[float]) -> float:
 
 
 def _print_run(k: int, contender: str, o: Outcome) -> None:
-    print(f"  round {k + 1} {contender:9s}: lag p50 {o.pct(0.5):5.0f} s, p99 {o.pct(0.99):5.0f} s, "
+    print(f"  round {k + 1} {contender:18s}: lag p50 {o.pct(0.5):5.0f} s, p99 {o.pct(0.99):5.0f} s, "
           f"max {o.pct(1.0):5.0f} s; last pod running after {o.last_running_s:6.1f} s; "
           f"never running {o.never}/{o.planned}"
-          + (f"; {o.released} gates removed" if contender == "gpufabric" else ""), flush=True)  # fmt: skip
+          + (f"; {o.released} gates removed" if contender in GATED else "")
+          + (f"; headroom {o.headroom_gpus:,.1f} GPUs (${o.headroom_usd_day:,.0f}/day), {o.preempted} placeholders "
+             "preempted" if contender == "gpufabric-headroom" else ""), flush=True)  # fmt: skip
 
     def three(values: list[float]) -> str:
         return "/".join(f"{nearest_rank(values, q):.0f}" for q in (0.5, 0.99, 1.0))
@@ -423,19 +495,20 @@ def _print_run(k: int, contender: str, o: Outcome) -> None:
 
 
 def _print_summary(results: dict[str, list[Outcome]], contenders: list[str]) -> None:
-    print(f"  {'':9s}  {'p50 s':>6s} {'p99 s':>6s} {'max s':>6s} {'last running s':>15s} {'never running':>14s} "
-          f"{'headroom GPUs':>14s}")  # fmt: skip
+    print(f"  {'':18s}  {'p50 s':>6s} {'p99 s':>6s} {'max s':>6s} {'last running s':>15s} {'never running':>14s} "
+          f"{'headroom GPUs':>14s} {'headroom $/day':>15s} {'preempted':>10s}")  # fmt: skip
     for c in contenders:
         rs = results[c]
-        print(f"  {c:9s}  {med([o.pct(0.5) for o in rs]):6.0f} {med([o.pct(0.99) for o in rs]):6.0f} "
+        print(f"  {c:18s}  {med([o.pct(0.5) for o in rs]):6.0f} {med([o.pct(0.99) for o in rs]):6.0f} "
               f"{med([o.pct(1.0) for o in rs]):6.0f} {med([o.last_running_s for o in rs]):15.1f} "
-              f"{statistics.median([o.never for o in rs]):14.0f} {0:14d}")  # fmt: skip
+              f"{statistics.median([o.never for o in rs]):14.0f} {med([o.headroom_gpus for o in rs]):14.1f} "
+              f"{med([o.headroom_usd_day for o in rs]):15,.0f} {med([o.preempted for o in rs]):10.0f}")  # fmt: skip
     for tier in TIERS:
         cells = ", ".join(f"{c} {med([o.pct(0.5, tier) for o in results[c]]):.0f}/"
                           f"{med([o.pct(0.99, tier) for o in results[c]]):.0f}" for c in contenders)  # fmt: skip
         print(f"  {tier:11s} p50/p99 s: {cells}")
-    print("  (medians over the rounds; lags in whole seconds as the API server stamps them; headroom: this design "
-          "keeps no placeholder pods)")  # fmt: skip
+    print("  (medians over the rounds; lags in whole seconds as the API server stamps them; headroom: placeholder "
+          "pods standing when the burst started, only gpufabric-headroom keeps any)")  # fmt: skip
     if "gpufabric" in results:
         ours = [o.last_running_s for o in results["gpufabric"]]
         finite = [v for v in ours if not math.isnan(v)]
@@ -458,12 +531,12 @@ def _print_summary(results: dict[str, list[Outcome]], contenders: list[str]) -> 
 def _print_growth(results: dict[int, dict[str, list[Outcome]]], contenders: list[str]) -> None:
     """Lag against burst size: one row per size and contender (medians over the rounds)."""
     print("  lag growth with burst size (creation -> Running, medians over the rounds):")
-    print(f"  {'pods':>7s} {'contender':9s} {'p50 s':>6s} {'p99 s':>6s} {'max s':>6s} {'last running s':>15s} "
+    print(f"  {'pods':>7s} {'contender':18s} {'p50 s':>6s} {'p99 s':>6s} {'max s':>6s} {'last running s':>15s} "
           f"{'never running':>14s}")  # fmt: skip
     for size, by in results.items():
         for c in contenders:
             rs = by[c]
-            print(f"  {size:7,d} {c:9s} {med([o.pct(0.5) for o in rs]):6.0f} {med([o.pct(0.99) for o in rs]):6.0f} "
+            print(f"  {size:7,d} {c:18s} {med([o.pct(0.5) for o in rs]):6.0f} {med([o.pct(0.99) for o in rs]):6.0f} "
                   f"{med([o.pct(1.0) for o in rs]):6.0f} {med([o.last_running_s for o in rs]):15.1f} "
                   f"{statistics.median([o.never for o in rs]):14.0f}")  # fmt: skip
 

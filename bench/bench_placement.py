@@ -36,15 +36,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from bench.common import Spread, rotation
+from bench.common import RATE_CARDS, Spread, rotation, usd_per_gpu_hour
 
 ROOT = Path(__file__).resolve().parents[1]
-RATE_CARDS = ROOT / "tests" / "fixtures" / "finops" / "rate_cards.yaml"
 SIZES = (2, 4, 8, 16, 32)
 # Faults placed by each spec's seed: leaves left with half their uplinks (2:1 at that leaf) and
 # HCA cables swapped between two hosts' rails.
@@ -64,20 +62,6 @@ def _arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--spec", action="append", help="fabric(s): h100-4su, h100-4su+faults, b200-16su, ...")
     parser.add_argument("--seed", type=int, default=22)
     return parser.parse_args(list(argv))
-
-
-def _price(product: str) -> Decimal:
-    from datetime import UTC, datetime
-
-    from core.finops.money import DEFAULT_TIER, find_rate
-    from core.finops.price_book import as_rate_cards, build_price_book
-    from settings import load_settings
-
-    cards = as_rate_cards(build_price_book(load_settings(RATE_CARDS).rate_cards))
-    card = find_rate(cards, product, DEFAULT_TIER, datetime.now(UTC).date())
-    if card is None:
-        raise SystemExit(f"no '*' rate card for {product} in {RATE_CARDS}")
-    return card.usd_per_gpu_hour
 
 
 def _fabric(name: str) -> tuple[Any, Any, str]:
@@ -165,7 +149,7 @@ def report(name: str, results: Sequence[Any], meta: dict[str, Any]) -> list[str]
 
     rows = per_size(summarise(results, per_week=7.0 / meta["days"]))
     placers = list(dict.fromkeys(r.placer for r in results))
-    price = float(_price(meta["product"]))
+    price = float(usd_per_gpu_hour(meta["product"]))
     print("\n  step time / ideal (one healthy leaf block), median | p90, per job size:")
     print("  " + f"{'nodes':>5} {'jobs':>5}  " + "  ".join(f"{p:>17}" for p in placers))
     misses: list[str] = []

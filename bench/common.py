@@ -14,6 +14,8 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -87,3 +89,22 @@ def spec_arguments(prog: str, description: str, argv: Sequence[str]) -> tuple[st
     parser.add_argument("--runs", type=int, default=None, help="rounds (default 5; --quick 2)")
     args = parser.parse_args(list(argv))
     return args.spec or ("h100-4su" if args.quick else "b200-16su"), args.runs or (2 if args.quick else 5)
+
+
+# The rate cards the benches price GPUs with (the tests' FinOps fixture: H100 and B200, per tier).
+RATE_CARDS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "finops" / "rate_cards.yaml"
+
+
+def usd_per_gpu_hour(product: str, tier: str = "*") -> Decimal:
+    """The card in force today for ``product`` and ``tier`` (else its ``*`` card) in RATE_CARDS."""
+    from datetime import UTC, datetime
+
+    from core.finops.money import find_rate
+    from core.finops.price_book import as_rate_cards, build_price_book
+    from settings import load_settings
+
+    cards = as_rate_cards(build_price_book(load_settings(RATE_CARDS).rate_cards))
+    card = find_rate(cards, product, tier, datetime.now(UTC).date())
+    if card is None:
+        raise SystemExit(f"no rate card for {product} ({tier} or '*') in {RATE_CARDS}")
+    return card.usd_per_gpu_hour

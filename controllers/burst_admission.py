@@ -46,6 +46,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from connectors.kube.watch import ListWatch
+from controllers.burst_headroom import Headroom, WarehouseForecast, cluster_gpus, is_placeholder
 from controllers.health import Heartbeat, serve
 from core.budget import TreeEnvelope
 from core.burst import (
@@ -60,6 +61,7 @@ from core.burst import (
     plan_release,
     units,
 )
+from core.burst_headroom import HeadroomError, HeadroomPolicy
 
 log = logging.getLogger("gpufabric.burst")
 
@@ -326,6 +328,7 @@ class BurstAdmission:
     errors: int = 0
     released_total: int = 0
     heartbeat: Heartbeat | None = None  # ticked every loop turn, leading or following (controllers/health.py)
+    headroom: Headroom | None = None  # warm headroom: placeholder pods (controllers/burst_headroom.py); None: none
     _recent: dict[str, float] = field(default_factory=dict)  # uid -> when we released it (monotonic)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -388,7 +391,8 @@ class BurstAdmission:
                 cache[root] = self.envelope_of(root)
             return cache[root]
 
-        rooms = node_rooms(nodes, pods)
+        # A placeholder's room is free for a burst pod: kube-scheduler preempts it for any real pod.
+        rooms = node_rooms(nodes, [p for p in pods if not is_placeholder(p)] if self.headroom else pods)
         plan = plan_release(gated, released, rooms, envelope, datetime.now(UTC), max_release=self.max_release)
         if log.isEnabledFor(logging.DEBUG):  # the room of every node: only when asked for
             log.debug("pass %d: rooms %s; %d gated, %d released (%d unbound); holds %s", self.passes + 1,
@@ -410,6 +414,15 @@ class BurstAdmission:
                 report.waiting += 1
                 if hold.pod.held.startswith("over-envelope"):  # back within its envelope: the reason is stale
                     self._annotate(raw[hold.pod.key], None)
+        if self.headroom is not None:
+            # Refilled only when no burst pod waits for room, is on its way to the scheduler or was
+            # just released: the burst uses room first, headroom is for the next one.
+            waiting = bool(plan.release or plan.in_flight) or any(not h.annotate for h in plan.held)
+            free: dict[str, int] = {}
+            for room in node_rooms(nodes, pods):
+                for r, n in room.free.items():
+                    free[r] = free.get(r, 0) + max(0, n)
+            self.headroom.step(pods, free, cluster_gpus(nodes), burst_waiting=waiting)
         self.passes += 1
         self.released_total += report.released
         if report.released or report.held or report.failed:
@@ -560,7 +573,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="serve /healthz and /readyz on this port (0: off)")
     parser.add_argument("--envelopes", action=argparse.BooleanOptionalAction, default=True,
                         help="hold trees over their budget envelope (reads the ledger in the warehouse)")
+    parser.add_argument("--headroom", action=argparse.BooleanOptionalAction, default=False,
+                        help="keep placeholder pods holding room for the next burst, sized from the pod "
+                             "history in the warehouse (raw.k8s_pod_lag; docs/burst.md)")
+    parser.add_argument("--headroom-namespace", default="gpufabric-system", help="where the placeholders live")
+    parser.add_argument("--headroom-max-fraction", type=float, default=0.05, help="of the cluster's GPUs, at most")
+    parser.add_argument("--headroom-quantile", type=float, default=0.8, help="of the daily burst peaks")
+    parser.add_argument("--headroom-lead", type=float, default=60.0, help="seconds: the window a peak is taken over")
+    parser.add_argument("--headroom-days", type=int, default=14, help="days of history the forecast reads")
     args = parser.parse_args(argv)
+    if args.headroom_days < 1:
+        print("burst-admission: --headroom-days >= 1", file=sys.stderr)
+        return 2
+    try:
+        policy = HeadroomPolicy(lead_s=args.headroom_lead, quantile=args.headroom_quantile,
+                                max_fraction=args.headroom_max_fraction)  # fmt: skip
+    except HeadroomError as err:
+        print(f"burst-admission: --headroom: {err}", file=sys.stderr)
+        return 2
     if args.lease_duration < 2 or args.period <= 0 or args.max_release < 1 or not 0 <= args.health_port <= 65535:
         print("burst-admission: --lease-duration >= 2, --period > 0, --max-release >= 1 and --health-port in "
               "0..65535", file=sys.stderr)  # fmt: skip
@@ -587,28 +617,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"burst-admission: cannot reach Kubernetes: {err}", file=sys.stderr)
         return 2
     envelopes: LedgerEnvelopes | None = None
-    if args.envelopes:
+    database_url = ""
+    if args.envelopes or args.headroom:
         from connectors.warehouse import WarehouseError, open_warehouse
 
         try:
-            envelopes = LedgerEnvelopes(open_warehouse().libpq_url)
+            database_url = open_warehouse().libpq_url
         except WarehouseError as err:
             print(f"burst-admission: cannot open the warehouse: {err}", file=sys.stderr)
             return 1
+    if args.envelopes:
+        envelopes = LedgerEnvelopes(database_url)
     elector = LeaderElector(api, args.lease_namespace, args.lease_name, lease_duration_s=args.lease_duration,
                             renew_deadline_s=args.lease_duration * 2 / 3)  # fmt: skip
     if args.identity:
         elector.identity = args.identity
     loop = BurstAdmission(api, elector, envelope_of=envelopes or (lambda _root: None), prefix=args.prefix,
                           namespace=args.namespace, period_s=args.period, max_release=args.max_release)  # fmt: skip
+    if args.headroom:
+        loop.headroom = Headroom(api, WarehouseForecast(database_url, policy, days=args.headroom_days),
+                                 namespace=args.headroom_namespace)  # fmt: skip
     # The loop ticks every renew period (at most the period, at most a third of the Lease).
     loop.heartbeat = Heartbeat(period_s=max(0.2, min(args.period, args.lease_duration / 3)))
     probes = serve(loop.heartbeat, args.health_port) if args.health_port else None
     stopping.append(loop)
     if requested:
         loop.stop()
-    log.info("burst admission %s campaigning for lease %s/%s (%ss)%s", elector.identity, args.lease_namespace,
-             args.lease_name, args.lease_duration, "" if envelopes else ", envelopes not checked")  # fmt: skip
+    log.info("burst admission %s campaigning for lease %s/%s (%ss)%s%s", elector.identity, args.lease_namespace,
+             args.lease_name, args.lease_duration, "" if envelopes else ", envelopes not checked",
+             f", headroom up to {policy.max_fraction:.0%} of GPUs" if args.headroom else "")  # fmt: skip
     try:
         loop.run()
     finally:

@@ -11,7 +11,9 @@ hang) and then asserts what the controller must have done.
 * a runaway tree is capped at its envelope's ``max_live_pods``, the rest held with the reason in
   ``gpufabric.io/burst-held``, and released once the envelope allows (reason removed);
 * a leader killed mid-burst (SIGKILL: no Lease release) is succeeded by the standby once its
-  Lease expires, and the standby finishes the burst; a SIGTERM'd leader hands the Lease back.
+  Lease expires, and the standby finishes the burst; a SIGTERM'd leader hands the Lease back;
+* warm headroom: the placeholders are created, a burst pod released into their room preempts
+  exactly the one it needs, and they are refilled once the burst has gone.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ from kubernetes.client.exceptions import ApiException
 
 from connectors.kube import ClusterTarget, api_client
 from controllers.burst_admission import LEASE_NAME, BurstAdmission, LeaderElector
+from controllers.burst_headroom import PLACEHOLDER_LABEL, PRIORITY_CLASS, Headroom
 from core.budget import Envelope, TreeEnvelope
 from core.burst import GATE, HELD
 from simulator.agents.burst import QUEUE_LABEL, ROLE_LABEL, plan_burst
 from simulator.agents.burst_driver import delete_burst, ensure_namespaces, kube_client, prefill, register_nodes, replay
 from simulator.agents.plane import gpu_nodes, wait_until
-from simulator.controlplane.identity import install_rbac, service_account_kubeconfig
+from simulator.controlplane.identity import install_rbac, manifest_documents, service_account_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -143,11 +146,13 @@ def controller(plane: Plane) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
 
     def start(envelope_of: Callable[[str], TreeEnvelope | None] = lambda _r: None, *,
-              every_namespace: bool = False) -> Running:  # fmt: skip
+              every_namespace: bool = False, headroom: dict[str, int] | None = None) -> Running:  # fmt: skip
         api = api_client(ClusterTarget(kubeconfig=plane.deployed))
         elector = LeaderElector(api, SYSTEM, lease_duration_s=5, renew_deadline_s=4)
         loop = BurstAdmission(api, elector, envelope_of=envelope_of, period_s=0.3,
                               namespace=None if every_namespace else plane.namespace)  # fmt: skip
+        if headroom is not None:
+            loop.headroom = Headroom(api, lambda _gpus: headroom, namespace=SYSTEM)
         thread = threading.Thread(target=loop.run, daemon=True)
         thread.start()
         started.append(Running(loop, thread))
@@ -330,3 +335,51 @@ def test_a_follower_never_acts(plane: Plane, controller: Callable[..., Running])
     holder.release()
     wait_until("the candidate to take over and release the pod", lambda: plane.running() == {"waits"}, HANG_GUARD_S)
     assert run.loop.elector.transitions == 1
+
+
+# ------------------------------------------------------------------------------------------------ headroom
+
+
+def test_headroom_placeholders_give_way_to_burst_pods_and_refill(
+    plane: Plane, controller: Callable[..., Running]
+) -> None:
+    """Two GPU placeholders on 4 GPUs; 3 interactive pods: two land in free room, the third only by
+    kube-scheduler preempting one placeholder (the controller counted its room as free); no room is
+    left to refill it while the pods run; once they are gone the placeholders are back to two."""
+    priority = next(d for d in manifest_documents() if d["kind"] == "PriorityClass")
+    assert priority["metadata"]["name"] == PRIORITY_CLASS and priority["value"] < 0
+    scheduling = client.SchedulingV1Api(plane.api)
+    try:
+        scheduling.create_priority_class(priority)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+    def placeholders() -> list[Any]:
+        return [p for p in plane.core.list_namespaced_pod(SYSTEM, label_selector=f"{PLACEHOLDER_LABEL}=true").items
+                if p.metadata.deletion_timestamp is None]  # fmt: skip
+
+    plane.nodes(2, gpus=2)
+    run = controller(headroom={"nvidia.com/gpu": 2})
+    assert run.loop.headroom is not None
+    try:
+        wait_until("two placeholders running",
+                   lambda: sum(p.status.phase == "Running" for p in placeholders()) == 2, HANG_GUARD_S)  # fmt: skip
+        assert all(p.spec.priority == priority["value"] and p.spec.preemption_policy == "Never"
+                   for p in placeholders())  # fmt: skip
+        for i in range(3):
+            plane.pod(f"i{i}", "interactive")
+        wait_until("the three burst pods running", lambda: plane.running() == {"i0", "i1", "i2"}, HANG_GUARD_S)
+        run.passes_after(3)
+        headroom = run.loop.headroom
+        assert headroom.preempted == 1 and len(placeholders()) == 1 and headroom.created == 2
+        assert plane.gated() == set()
+
+        plane.delete("i0", "i1", "i2")
+        wait_until("the placeholders refilled", lambda: len(placeholders()) == 2, HANG_GUARD_S)
+        run.passes_after(3)
+        assert headroom.created == 3 and headroom.preempted == 1 and headroom.deleted == 0 and headroom.errors == 0
+    finally:
+        run.loop.stop()
+        run.thread.join(30)
+        plane.core.delete_collection_namespaced_pod(SYSTEM, label_selector=PLACEHOLDER_LABEL, grace_period_seconds=0)

@@ -56,3 +56,19 @@ def test_budget_reconciler_refuses_a_bad_site_file_without_a_traceback(tmp_path:
     assert f"{site}:5: budget.envelopes.*.gpu_hours: must be at least 0" in result.stderr
     missing = _run("budget-reconciler", "--config", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2 and "nope.yaml: file not found" in missing.stderr
+
+
+def test_burst_admission_headroom_arguments_are_checked_before_anything_starts() -> None:
+    helped = _help("burst-admission")
+    assert helped.returncode == 0
+    for flag in ("--headroom", "--headroom-max-fraction", "--headroom-quantile", "--headroom-lead", "--headroom-days"):
+        assert flag in helped.stdout
+    for args, expected in (
+        (["--headroom-quantile", "0"], "--headroom: quantile must be in (0, 1], not 0.0"),
+        (["--headroom-max-fraction", "1.5"], "--headroom: max_fraction must be in [0, 1], not 1.5"),
+        (["--headroom-lead", "0.5"], "--headroom: lead_s must be between 1 and 86400 seconds, not 0.5"),
+        (["--headroom-days", "0"], "--headroom-days >= 1"),
+    ):
+        result = _run("burst-admission", "--kubeconfig", "/nonexistent", *args)
+        assert result.returncode == 2 and expected in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
