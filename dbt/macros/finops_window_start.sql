@@ -4,10 +4,13 @@
     so the window's few rows are probed through an index; a subquery in its place is estimated at
     a third of the table, and the window is then scanned as if it were (a seq scan of every
     snapshot or cost line on each hourly build). Whole seconds are enough: the windows start on
-    the hour. -#}
-{% macro finops_window_start(expression) -%}
+    the hour. `where` narrows the rows the aggregate reads, so an index can answer it (the cost
+    fact's max("ChargePeriodStart") over one basis is a backward probe of its unique index; over
+    every row it is a scan of the whole year). -#}
+{% macro finops_window_start(expression, where=none) -%}
   {%- if execute -%}
-    {%- set epoch = run_query("select extract(epoch from " ~ expression ~ ")::bigint from " ~ this).columns[0].values()[0] -%}
+    {%- set epoch = run_query("select extract(epoch from " ~ expression ~ ")::bigint from " ~ this
+        ~ (" where " ~ where if where is not none else "")).columns[0].values()[0] -%}
     {%- if epoch is not none -%}to_timestamp({{ epoch }}){%- else -%}'-infinity'::timestamptz{%- endif -%}
   {%- else -%}'-infinity'::timestamptz{%- endif -%}
 {%- endmacro %}

@@ -50,8 +50,11 @@
 {%- if is_incremental() and restate_from is not none -%}
   {%- set window = "hour >= '" ~ restate_from ~ "'::timestamptz and hour < '" ~ restate_to ~ "'::timestamptz" -%}
 {%- elif is_incremental() -%}
-  {%- set window = "hour >= coalesce((select max(\"ChargePeriodStart\") from " ~ this ~ ") - interval '"
-      ~ (var('finops_lookback_hours', 3) | int) ~ " hours', '-infinity'::timestamptz)" -%}
+  {#- Every hour has lines of both bases, so the newest allocation line is the newest line: read
+      through the unique index (x_CostBasis leads it), and written in as a literal. -#}
+  {%- set lookback = "interval '" ~ (var('finops_lookback_hours', 3) | int) ~ " hours'" -%}
+  {%- set window = "hour >= " ~ finops_window_start("max(\"ChargePeriodStart\") - " ~ lookback,
+      where="\"x_CostBasis\" = 'allocation'") -%}
 {%- else -%}
   {%- set window = "true" -%}
 {%- endif %}
