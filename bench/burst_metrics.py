@@ -15,6 +15,9 @@ What the burst benchmark reads, and from where (all on the bench plane's loopbac
   exactly that non-resource permission and asks the API server for a token (TokenRequest).
 - **kube-apiserver** ``/metrics``: request latency by verb and resource, answers by code (429 is
   throttling), API Priority and Fairness (on by default) queueing, waits and rejections.
+- **work queues** (``workqueue_*``, served by Kueue's controller-runtime and kube-scheduler's
+  client-go alike, told apart by ``target``): per queue the peak depth and the p99 time an item
+  waited in the queue before a worker took it (:func:`work_queues`).
 
 Every series is cut down to the labels :data:`KEEP` names (the rest summed) at parse time, so the
 apiserver's tens of thousands of series cost a dict of a few hundred entries per scrape; a scrape
@@ -68,6 +71,10 @@ KEEP: dict[str, tuple[str, ...]] = {
     "apiserver_flowcontrol_current_inqueue_requests": ("priority_level",),
     "apiserver_flowcontrol_request_wait_duration_seconds": ("execute", "le"),
     "apiserver_current_inflight_requests": ("request_kind",),
+    # controller-runtime's work queues (Kueue's controllers, one queue each, by controller name):
+    # how far its pod integration (Workload creation, ungating) falls behind in a burst
+    "workqueue_depth": ("name",),
+    "workqueue_queue_duration_seconds": ("name", "le"),
 }
 _SUFFIXES = ("", "_bucket", "_sum", "_count")
 _SAMPLE_TO_FAMILY = {family + suffix: family for family in KEEP for suffix in _SUFFIXES}
@@ -123,13 +130,13 @@ class Snapshot:
     errors: Mapping[str, str] = field(default_factory=dict)  # component -> why it did not answer
 
 
-def total(values: Mapping[Series, float], name: str, **match: str) -> float | None:
+def total(values: Mapping[Series, float], name: str, /, **match: str) -> float | None:
     """Sum of the series named ``name`` whose labels include ``match``; None when none exists."""
     found = [v for (n, labels), v in values.items() if n == name and all((k, w) in labels for k, w in match.items())]
     return sum(found) if found else None
 
 
-def buckets(values: Mapping[Series, float], family: str, **match: str) -> dict[float, float]:
+def buckets(values: Mapping[Series, float], family: str, /, **match: str) -> dict[float, float]:
     """Cumulative bucket counts by upper bound (``le``) of ``family``, summed over the other labels."""
     out: dict[float, float] = {}
     for (n, labels), v in values.items():
@@ -189,7 +196,7 @@ def served(snapshot: Snapshot, component: str) -> bool:
     return component not in snapshot.errors and any((TARGET, component) in labels for _, labels in snapshot.values)
 
 
-def gauge_peak(snapshots: Sequence[Snapshot], phase: Phase, name: str, **match: str) -> float:
+def gauge_peak(snapshots: Sequence[Snapshot], phase: Phase, name: str, /, **match: str) -> float:
     """The highest value in the phase's scrapes; a labelled gauge a component has not created yet
     (no pod ever unschedulable by that plugin) is 0 in the scrapes where that component answered."""
     _, inside = _within(snapshots, phase)
@@ -202,7 +209,7 @@ def gauge_peak(snapshots: Sequence[Snapshot], phase: Phase, name: str, **match: 
     return max(seen) if seen else math.nan
 
 
-def counter_increase(snapshots: Sequence[Snapshot], phase: Phase, name: str, **match: str) -> float:
+def counter_increase(snapshots: Sequence[Snapshot], phase: Phase, name: str, /, **match: str) -> float:
     """Increase over the phase; a counter that went down (the component restarted) counts from 0."""
     base, inside = _within(snapshots, phase)
     if not inside:
@@ -219,7 +226,7 @@ def counter_increase(snapshots: Sequence[Snapshot], phase: Phase, name: str, **m
     return end - start if end >= start else end
 
 
-def histogram_window(snapshots: Sequence[Snapshot], phase: Phase, family: str,
+def histogram_window(snapshots: Sequence[Snapshot], phase: Phase, family: str, /,
                      **match: str) -> tuple[float, float, dict[float, float]]:  # fmt: skip
     """(observations, their sum, cumulative buckets) of the phase alone."""
     base, inside = _within(snapshots, phase)
@@ -341,6 +348,11 @@ def phase_table(snapshots: Sequence[Snapshot], phases: Sequence[Phase]) -> list[
         if moves:
             lines.append(f"    sched queue moves in {phase.name} (event -> queue x pods): "
                          + ", ".join(f"{event} -> {queue} x{n:,.0f}" for (event, queue), n in moves[:5]))  # fmt: skip
+        queues = work_queues(snapshots, phase, "kueue")
+        if queues:
+            lines.append(f"    kueue work queues in {phase.name} (queue: peak depth, p99 wait): "
+                         + ", ".join(f"{name}: {depth:,.0f}, {_fmt(wait).strip()} ms"
+                                     for name, depth, wait in queues[:5]))  # fmt: skip
         answers = throttled(snapshots, phase)
         if answers:
             top = ", ".join(f"{verb} {resource} x{n:,.0f}" for (verb, resource), n in answers[:5])
@@ -349,6 +361,22 @@ def phase_table(snapshots: Sequence[Snapshot], phases: Sequence[Phase]) -> list[
     if errors:
         lines.append(f"    scrape errors ({len(errors)} distinct): " + "; ".join(errors[:3]))
     return lines
+
+
+def work_queues(snapshots: Sequence[Snapshot], phase: Phase, target: str) -> list[tuple[str, float, float]]:
+    """``(queue, peak depth, p99 wait in ms)`` of each work queue ``target`` served that held
+    anything in the phase, deepest first (a queue that stayed empty is not news)."""
+    names = {dict(labels).get("name", "") for s in snapshots for name, labels in s.values
+             if name == "workqueue_depth" and (TARGET, target) in labels}  # fmt: skip
+    out = []
+    for queue in sorted(names - {""}):
+        depth = gauge_peak(snapshots, phase, "workqueue_depth", name=queue, **{TARGET: target})
+        if math.isnan(depth) or depth <= 0:
+            continue
+        _, _, cumulative = histogram_window(snapshots, phase, "workqueue_queue_duration_seconds", name=queue,
+                                            **{TARGET: target})  # fmt: skip
+        out.append((queue, depth, 1000.0 * quantile(0.99, cumulative) if cumulative else math.nan))
+    return sorted(out, key=lambda row: (-row[1], row[0]))
 
 
 def increases_by(snapshots: Sequence[Snapshot], phase: Phase, family: str, keys: tuple[str, ...],

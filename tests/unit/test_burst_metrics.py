@@ -30,6 +30,7 @@ from bench.burst_metrics import (
     queue_moves,
     scrape,
     total,
+    work_queues,
 )
 
 SCHEDULER = """\
@@ -43,8 +44,8 @@ scheduler_pending_pods{queue="gated"} 7
 scheduler_schedule_attempts_total{profile="default-scheduler",result="scheduled"} 120
 scheduler_schedule_attempts_total{profile="other",result="scheduled"} 5
 scheduler_schedule_attempts_total{profile="default-scheduler",result="unschedulable"} 60
-# TYPE workqueue_depth gauge
-workqueue_depth{name="x"} 9
+# TYPE go_goroutines gauge
+go_goroutines 9
 """
 
 APISERVER = """\
@@ -63,7 +64,7 @@ def test_kept_labels_only_and_other_labels_summed() -> None:
     # profile is not kept: the two "scheduled" series add up; unknown families are skipped
     assert total(values, "scheduler_schedule_attempts_total", result="scheduled") == 125
     assert total(values, "scheduler_pending_pods", queue="unschedulable") == 41
-    assert total(values, "workqueue_depth") is None
+    assert total(values, "go_goroutines") is None
     # component is not kept: buckets of both components summed per bound
     assert buckets(values, "apiserver_request_duration_seconds", verb="POST") == {0.1: 10.0, math.inf: 12.0}
     assert total(values, "apiserver_request_duration_seconds_count", resource="pods") == 10
@@ -359,3 +360,30 @@ def test_a_component_that_failed_the_last_scrape_has_no_counter_figure() -> None
     failed = Snapshot(first.at + 3, {}, {"kube-apiserver": "HTTP 503: unavailable"})
     phase = Phase("burst", first.at, failed.at)
     assert math.isnan(cell([first, failed], phase, "inc", "apiserver_request_total", {"code": "429"}))
+
+
+def queues(at: float, depth: float, waited_01: float, waited_inf: float, other_depth: float) -> Snapshot:
+    """Kueue's pod queue and an always-empty one, and kube-scheduler's queue of the same name."""
+    kueue, sched = (TARGET, "kueue"), (TARGET, "kube-scheduler")
+    return Snapshot(at, {
+        ("workqueue_depth", (("name", "v1_pod"), kueue)): depth,
+        ("workqueue_depth", (("name", "idle"), kueue)): 0.0,
+        ("workqueue_depth", (("name", "v1_pod"), sched)): other_depth,
+        ("workqueue_queue_duration_seconds_bucket", (("le", "0.1"), ("name", "v1_pod"), kueue)): waited_01,
+        ("workqueue_queue_duration_seconds_bucket", (("le", "10"), ("name", "v1_pod"), kueue)): waited_inf,
+        ("workqueue_queue_duration_seconds_bucket", (("le", "+Inf"), ("name", "v1_pod"), kueue)): waited_inf,
+        ("workqueue_queue_duration_seconds_count", (("name", "v1_pod"), kueue)): waited_inf,
+        ("workqueue_queue_duration_seconds_sum", (("name", "v1_pod"), kueue)): 0.0,
+    })  # fmt: skip
+
+
+def test_work_queues_of_one_component_with_peak_depth_and_wait() -> None:
+    snaps = [queues(0, 0, 0, 0, 500), queues(5, 340, 10, 110, 900), queues(10, 12, 10, 210, 0)]
+    rows = work_queues(snaps, Phase("burst", 0, 10), "kueue")
+    assert [(name, depth) for name, depth, _ in rows] == [("v1_pod", 340.0)]  # the empty queue and the scheduler's not
+    # 210 items waited, 10 under 0.1 s and 200 in (0.1, 10]: the p99 lies in the upper bucket
+    assert rows[0][2] == pytest.approx(1000 * (0.1 + 9.9 * (0.99 * 210 - 10) / 200))
+    assert work_queues(snaps, Phase("burst", 0, 10), "kube-scheduler")[0][1] == 900.0
+    assert work_queues(snaps, Phase("later", 20, 30), "kueue") == []
+    assert any(line.startswith("    kueue work queues in burst (queue: peak depth, p99 wait): v1_pod: 340,")
+               for line in phase_table(snaps, [Phase("burst", 0, 10)]))  # fmt: skip
