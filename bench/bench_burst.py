@@ -48,9 +48,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,7 @@ class Stage:
     nodes: int
     background: int
     seconds: float
+    namespaces: frozenset[str] = frozenset()  # the background's: kept by every clean-up
 
 
 def set_stage(args: argparse.Namespace, plane: Any) -> Stage:
@@ -123,55 +125,85 @@ def set_stage(args: argparse.Namespace, plane: Any) -> Stage:
             raise RuntimeError(f"background: {background.summary()}")
     finally:
         api.close()
-    stage = Stage(f"b{tag}", len(plan.nodes), len(plan.background), time.monotonic() - started)
+    stage = Stage(f"b{tag}", len(plan.nodes), len(plan.background), time.monotonic() - started,
+                  frozenset(plan.namespaces()))
     print(f"stage: {stage.nodes:,} nodes and {stage.background:,} bound background pods set up in "
           f"{stage.seconds:.0f} s, kept for every run", flush=True)  # fmt: skip
     return stage
 
 
-def clear_run(api: Any, plan: Any, timeout_s: float = 900.0, extra_namespaces: Sequence[str] = ()) -> None:
-    """Delete one run's tenants (their namespaces, so its burst pods, and their ClusterQueues) and
-    wait until they are gone: thousands of pods being deleted beside the next run would load the
-    API server and the scheduler's informers during it. The nodes and the background stay."""
+def clear_run(api: Any, plan: Any, extra_namespaces: Sequence[str] = ()) -> None:
+    """Start deleting one run's tenants: their namespaces (so its burst pods) and ClusterQueues.
+    The next run waits for them to go (:func:`wait_cleared`); the last run's go with the plane."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     from simulator.agents.burst_driver import KUEUE_GROUP, KUEUE_VERSION
 
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    queues = [o["metadata"]["name"] for o in plan.kueue_objects() if o["kind"] == "ClusterQueue"]
-    namespaces = [*plan.namespaces(), *extra_namespaces]
-    for namespace in namespaces:
+    for namespace in [*plan.namespaces(), *extra_namespaces]:
         try:
             core.delete_namespace(namespace, _preload_content=False)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = {ns.metadata.name for ns in core.list_namespace().items} & set(namespaces)
-        if not left:
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"clean-up: namespaces {sorted(left)} still terminating after {timeout_s:.0f} s")
-        time.sleep(1.0)
-    for name in queues:  # its workloads went with the namespaces: Kueue lifts its finalizer
+    for obj in plan.kueue_objects():
+        if obj["kind"] == "ClusterQueue":
+            try:
+                name = obj["metadata"]["name"]
+                custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
+def wait_cleared(api: Any, keep: set[str], timeout_s: float = 900.0) -> float:
+    """Wait until every namespace but the plane's and ``keep`` (the stage's) and every ClusterQueue
+    is gone; seconds waited. Thousands of pods being deleted beside a run would load the API server
+    and the scheduler's informers during it. Finalizers are lifted as an operator tearing a test
+    cluster down would: Kueue's on its pods (its pod controller takes minutes for 10,000) and on
+    ClusterQueues (it keeps them while it still counts workloads)."""
+    import concurrent.futures as cf
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from simulator.agents.burst_driver import KUEUE_GROUP, KUEUE_VERSION
+    from simulator.controlplane.reset import SYSTEM_NAMESPACES
+
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    started = time.monotonic()
+
+    def unblock(call: Any) -> None:
         try:
-            custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
+            call()
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status not in (404, 409, 422):
                 raise
-    while queues:
-        try:
-            custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queues[-1])
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            queues.pop()
-            continue
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"clean-up: ClusterQueue {queues[-1]} still there after {timeout_s:.0f} s")
-        time.sleep(0.5)
+
+    with cf.ThreadPoolExecutor(max_workers=16) as pool:
+        while True:
+            left = [ns.metadata.name for ns in core.list_namespace().items
+                    if ns.metadata.name not in SYSTEM_NAMESPACES | keep]  # fmt: skip
+            queues = custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues")["items"]
+            if not left and not queues:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"clean-up: namespaces {sorted(left)[:4]} and {len(queues)} ClusterQueues still "
+                                   f"there after {timeout_s:.0f} s")  # fmt: skip
+            stuck = [(p.metadata.name, p.metadata.namespace) for ns in left
+                     for p in core.list_namespaced_pod(ns).items
+                     if p.metadata.deletion_timestamp and p.metadata.finalizers]  # fmt: skip
+            lift = {"metadata": {"finalizers": None}}
+            calls: list[Callable[[], Any]] = [
+                partial(core.patch_namespaced_pod, name, namespace, lift, _preload_content=False)
+                for name, namespace in stuck
+            ]
+            calls += [partial(custom.patch_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "clusterqueues",
+                              q["metadata"]["name"], lift)
+                      for q in queues if q["metadata"].get("deletionTimestamp") and not left]  # fmt: skip
+            list(pool.map(unblock, calls))
+            time.sleep(1.0)
 
 
 def without_topology(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -256,6 +288,9 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
                       busy_fraction=args.busy, duration_scale=args.duration_scale, tenant_suffix=f"-{tag}",
                       node_prefix=stage.node_prefix)  # fmt: skip
     api = kube_client(plane.kubeconfig, pool=32)
+    waited = wait_cleared(api, set(stage.namespaces))
+    if waited > 1:
+        print(f"    (the previous run's tenants took {waited:.0f} s to go)", flush=True)
     loop: BurstAdmission | None = None
     thread: threading.Thread | None = None
     stop = threading.Event()
