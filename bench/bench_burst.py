@@ -161,8 +161,8 @@ def wait_cleared(api: Any, keep: set[str], timeout_s: float = 900.0) -> float:
     """Wait until every namespace but the plane's and ``keep`` (the stage's) and every ClusterQueue
     is gone; seconds waited. Thousands of pods being deleted beside a run would load the API server
     and the scheduler's informers during it. Finalizers are lifted as an operator tearing a test
-    cluster down would: Kueue's on its pods (its pod controller takes minutes for 10,000) and on
-    ClusterQueues (it keeps them while it still counts workloads)."""
+    cluster down would: Kueue's on its pods and Workloads (its controllers take many minutes for
+    10,000 of them) and on ClusterQueues (it keeps them while it still counts workloads)."""
     import concurrent.futures as cf
 
     from kubernetes import client
@@ -199,6 +199,10 @@ def wait_cleared(api: Any, keep: set[str], timeout_s: float = 900.0) -> float:
                 partial(core.patch_namespaced_pod, name, namespace, lift, _preload_content=False)
                 for name, namespace in stuck
             ]
+            workloads = custom.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloads")["items"]
+            calls += [partial(custom.patch_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                              w["metadata"]["namespace"], "workloads", w["metadata"]["name"], lift)
+                      for w in workloads if w["metadata"]["namespace"] in left and w["metadata"].get("finalizers")]
             calls += [partial(custom.patch_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "clusterqueues",
                               q["metadata"]["name"], lift)
                       for q in queues if q["metadata"].get("deletionTimestamp") and not left]  # fmt: skip

@@ -73,6 +73,7 @@ KEEP: dict[str, tuple[str, ...]] = {
     "apiserver_current_inflight_requests": ("request_kind",),
     # controller-runtime's work queues (Kueue's controllers, one queue each, by controller name):
     # how far its pod integration (Workload creation, ungating) falls behind in a burst
+    "process_cpu_seconds_total": (),  # each component's CPU: on a shared machine, who is starved or busy
     "workqueue_depth": ("name",),
     "workqueue_queue_duration_seconds": ("name", "le"),
 }
@@ -309,6 +310,9 @@ ROWS: tuple[tuple[str, str, str, dict[str, str]], ...] = (
     ("api APF in queue (peak)", "peak", "apiserver_flowcontrol_current_inqueue_requests", {}),
     ("api APF wait p99 ms", "p99_ms", "apiserver_flowcontrol_request_wait_duration_seconds", {"execute": "true"}),
     ("api inflight mutating (peak)", "peak", "apiserver_current_inflight_requests", {"request_kind": "mutating"}),
+    ("cpu cores kube-scheduler", "rate", "process_cpu_seconds_total", {TARGET: "kube-scheduler"}),
+    ("cpu cores kueue", "rate", "process_cpu_seconds_total", {TARGET: "kueue"}),
+    ("cpu cores kube-apiserver", "rate", "process_cpu_seconds_total", {TARGET: "kube-apiserver"}),
 )
 
 
