@@ -431,6 +431,12 @@ def main(argv: list[str]) -> int:
         help="scrape kube-scheduler, Kueue and kube-apiserver /metrics and print a table per phase",
     )
     parser.add_argument("--scrape-every", type=float, default=3.0, help="seconds between scrapes")
+    parser.add_argument(
+        "--scheduler-qps",
+        type=int,
+        default=None,
+        help="kube-scheduler's API client QPS (burst twice that); default: its own 50 / 100",
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     args.nodes = args.nodes or (16 if quick else 1_024)
@@ -458,7 +464,10 @@ def main(argv: list[str]) -> int:
     from simulator.controlplane import down, up
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-burst-"))
-    plane = up(workdir)
+    plane = up(workdir, scheduler_qps=args.scheduler_qps)
+    if args.scheduler_qps is not None:
+        print(f"kube-scheduler's client: {args.scheduler_qps} QPS, burst {2 * args.scheduler_qps} (not its default "
+              "50 / 100)", flush=True)  # fmt: skip
     results: dict[int, dict[str, list[Outcome]]] = {}
     failed = False
     try:

@@ -94,7 +94,9 @@ def _agent(workdir: Path) -> int:
     workdir = workdir.resolve()
     plane = _plane_from_state(workdir, _read_state(workdir), reused=True)
     # mig-manager's instances, for the dcgm-exporter twin (simulator.dcgm.exposition.load_mig_layouts)
-    agent = NodeAgent(plane.api(pool=48), mig_layout_file=workdir / "mig-layouts.json")
+    # 32 workers: at a 10,000-pod burst the agent writes ~100 pod statuses a second beside ~40 Lease
+    # renewals; with 8 it fell 40 s behind kube-scheduler (a real site has a kubelet per node)
+    agent = NodeAgent(plane.api(pool=48), workers=32, mig_layout_file=workdir / "mig-layouts.json")
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

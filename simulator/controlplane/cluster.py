@@ -198,8 +198,14 @@ def up(
     binaries: Binaries | None = None,
     progress: Progress | None = None,
     ready_timeout: float = 180.0,
+    scheduler_qps: int | None = None,
 ) -> ControlPlane:
     """Start the control plane in ``workdir`` (or reuse the one running there) and register ``nodes``.
+
+    ``scheduler_qps`` gives kube-scheduler's API client that many queries a second (burst twice
+    that) through a KubeSchedulerConfiguration file; None keeps its defaults (50 QPS, 100 burst),
+    which is what a site runs unless it tuned them (docs/burst.md: the limit that binds first in
+    a large burst).
 
     A second ``up`` on a workdir whose processes are all alive and whose API server is ready
     returns that control plane (``reused=True``); concurrent callers (parallel test workers) are
@@ -221,7 +227,7 @@ def up(
             binaries = binaries or build(progress=say)
             for attempt in range(1, _START_ATTEMPTS + 1):
                 try:
-                    plane = _start(workdir, binaries, say, ready_timeout)
+                    plane = _start(workdir, binaries, say, ready_timeout, scheduler_qps)
                     break
                 except BaseException as exc:
                     # Leave nothing half-started behind; the logs stay in the workdir.
@@ -419,7 +425,8 @@ def _write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path, 
                      credentials={"client-certificate-data": _b64(cert), "client-key-data": _b64(key)})
 
 
-def _start(workdir: Path, binaries: Binaries, say: Progress, ready_timeout: float) -> ControlPlane:
+def _start(workdir: Path, binaries: Binaries, say: Progress, ready_timeout: float,
+           scheduler_qps: int | None = None) -> ControlPlane:  # fmt: skip
     started = time.monotonic()
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -603,6 +610,7 @@ def _start(workdir: Path, binaries: Binaries, say: Progress, ready_timeout: floa
                 f"--cert-dir={workdir / 'kube-scheduler-certs'}",
                 "--leader-elect=false",
                 "--v=1",
+                *_scheduler_config(workdir, sched_kc, scheduler_qps),
             ],
         )
         for name in ("kube-controller-manager", "kube-scheduler"):
@@ -677,6 +685,22 @@ def _project_root() -> str:
     root = str(Path(__file__).resolve().parents[2])
     existing = os.environ.get("PYTHONPATH")
     return f"{root}{os.pathsep}{existing}" if existing else root
+
+
+def _scheduler_config(workdir: Path, kubeconfig: Path, qps: int | None) -> list[str]:
+    """``--config`` for kube-scheduler when its client's QPS is set (flags cannot set it); with a
+    config file its deprecated flags (--kubeconfig, --leader-elect) are ignored, so both are in it."""
+    if qps is None:
+        return []
+    if not 1 <= qps <= 100_000:
+        raise ControlPlaneError(f"scheduler_qps must be between 1 and 100000, not {qps}")
+    path = workdir / "kube-scheduler-config.yaml"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": 2 * qps},
+        "leaderElection": {"leaderElect": False},
+    }, sort_keys=False))  # fmt: skip
+    return [f"--config={path}"]
 
 
 def _kueue_config(ports: dict[str, int], cert_dir: Path) -> dict[str, Any]:
