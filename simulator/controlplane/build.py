@@ -138,6 +138,11 @@ class Binaries:
         return self.root / "kueue" / "crd"
 
     @property
+    def kueue_config_sample(self) -> Path:
+        """The release's own manager configuration (``config/components/manager/controller_manager_config.yaml``)."""
+        return self.root / "kueue" / "controller_manager_config.sample.yaml"
+
+    @property
     def kueue_webhook_manifest(self) -> Path:
         """The release's webhook configurations (``config/components/webhook/manifests.yaml``)."""
         return self.root / "kueue" / "webhook" / "manifests.yaml"
