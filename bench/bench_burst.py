@@ -313,8 +313,12 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
             desired = headroom_for(args, plan)
             headroom = Headroom(api, lambda _gpus: desired, namespace=f"headroom-{tag}")
         if contender in GATED:
-            elector = LeaderElector(api, "default", name=f"bench-burst-{tag}", lease_duration_s=5, renew_deadline_s=4)
-            loop = BurstAdmission(api, elector, period_s=0.5, max_release=args.max_release, headroom=headroom)
+            # its own client, as a controller of its own would have: the driver's 32 threads hold
+            # the bench's connections during the burst
+            own = kube_client(plane.kubeconfig, pool=72)
+            elector = LeaderElector(own, "default", name=f"bench-burst-{tag}", lease_duration_s=5, renew_deadline_s=4)
+            loop = BurstAdmission(own, elector, period_s=0.5, max_release=args.max_release, headroom=headroom,
+                                  workers=64)  # fmt: skip
             thread = threading.Thread(target=loop.run, daemon=True)
             thread.start()
         if headroom is not None:
@@ -392,6 +396,7 @@ def run_once(contender: str, args: argparse.Namespace, plane: Any, stage: Stage,
         if loop is not None and thread is not None:
             loop.stop()
             thread.join(30)
+            loop.api.close()
         try:
             clear_run(api, plan, extra_namespaces=[f"headroom-{tag}"] if contender == "gpufabric-headroom" else [])
         finally:

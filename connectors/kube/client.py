@@ -55,13 +55,17 @@ class ClusterTarget:
     api_url: str | None = None
 
 
-def api_client(source: KubernetesSourceLike) -> client.ApiClient:
+def api_client(source: KubernetesSourceLike, *, pool: int | None = None) -> client.ApiClient:
     """An ``ApiClient`` for a source: in-cluster, a kubeconfig (+context), a bare URL, or the default.
 
     ``api_url`` with a kubeconfig overrides the server the kubeconfig names (credentials stay);
-    alone it means an unauthenticated endpoint such as ``kubectl proxy``.
+    alone it means an unauthenticated endpoint such as ``kubectl proxy``. ``pool``: connections
+    kept to the server, for a caller with that many threads (the client's default is 5 per CPU,
+    and a thread without a connection waits for one).
     """
     configuration = client.Configuration()
+    if pool is not None:
+        configuration.connection_pool_maxsize = max(1, pool)
     if source.in_cluster:
         config.load_incluster_config(client_configuration=configuration)
     elif source.kubeconfig is not None or source.context is not None or source.api_url is None:
