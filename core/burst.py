@@ -25,6 +25,7 @@ Nothing here talks to a cluster: the controller turns :class:`ReleasePlan` into 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -146,22 +147,69 @@ def tier_rank(tier: str) -> int:
     return TIER_RANK.get(tier, UNKNOWN_TIER_RANK)
 
 
-def _place(pod: GatedPod, rooms: dict[str, dict[str, int]], nodes: Mapping[str, NodeRoom]) -> str | None:
-    """The node with the least room left after the pod (tightest fit keeps whole nodes whole for
-    larger pods), ties by name; None when none fits. Takes the pod's requests off that node."""
-    best: tuple[int, str] | None = None
-    for name, free in rooms.items():
-        room = NodeRoom(name, free, nodes[name].labels, nodes[name].taints)
-        if not pod.fits(room):
-            continue
-        left = sum(free.get(r, 0) - n for r, n in pod.requests.items())
-        if best is None or (left, name) < best:
-            best = (left, name)
-    if best is None:
+class Rooms:
+    """Each node's free room while a plan is made, and where a pod goes: the node with the least
+    room left after it (tightest fit keeps whole nodes whole for larger pods), ties by name.
+
+    At a burst's size a plan places thousands of pods on a thousand nodes, and a scan of every node
+    per pod took seconds a pass. The common pod (one resource, no nodeSelector, no tolerations: it
+    can only go to an untainted node) is placed through an index instead: per resource, per free
+    amount, the nodes with that much (a heap by name, entries made stale by a placement skipped
+    when met). Its tightest fit is the smallest amount that holds it, then the first name: the
+    same node the scan finds (tests/unit/test_burst_admission_policy.py checks both agree). Any
+    other pod is placed by the scan.
+    """
+
+    def __init__(self, nodes: Sequence[NodeRoom]) -> None:
+        self.nodes = {n.name: n for n in nodes}
+        self.free = {n.name: dict(n.free) for n in nodes}
+        self._index: dict[str, dict[int, list[str]]] = {}  # resource -> amount free -> node names (heap)
+        for node in nodes:
+            if not node.taints:
+                for resource, amount in node.free.items():
+                    if amount > 0:
+                        heapq.heappush(self._index.setdefault(resource, {}).setdefault(amount, []), node.name)
+
+    def place(self, pod: GatedPod) -> str | None:
+        """The node for ``pod`` (None when none fits); its requests are taken off that node."""
+        if len(pod.requests) == 1 and not pod.node_selector and not pod.tolerations:
+            ((resource, count),) = pod.requests.items()
+            best = self._indexed(resource, count)
+        else:
+            best = self.scan(pod)
+        if best is not None:
+            self._take(best, pod.requests)
+        return best
+
+    def scan(self, pod: GatedPod) -> str | None:
+        """The tightest fit by looking at every node (any pod; the index's reference)."""
+        best: tuple[int, str] | None = None
+        for name, free in self.free.items():
+            node = self.nodes[name]
+            if not pod.fits(NodeRoom(name, free, node.labels, node.taints)):
+                continue
+            left = sum(free.get(r, 0) - n for r, n in pod.requests.items())
+            if best is None or (left, name) < best:
+                best = (left, name)
+        return None if best is None else best[1]
+
+    def _indexed(self, resource: str, count: int) -> str | None:
+        by_amount = self._index.get(resource, {})
+        for amount in sorted(a for a in by_amount if a >= count):
+            heap = by_amount[amount]
+            while heap and self.free[heap[0]].get(resource, 0) != amount:
+                heapq.heappop(heap)  # a placement since moved this node to a smaller amount
+            if heap:
+                return heap[0]
         return None
-    for r, n in pod.requests.items():
-        rooms[best[1]][r] = rooms[best[1]].get(r, 0) - n
-    return best[1]
+
+    def _take(self, name: str, requests: Mapping[str, int]) -> None:
+        untainted = not self.nodes[name].taints
+        for resource, count in requests.items():
+            left = self.free[name].get(resource, 0) - count
+            self.free[name][resource] = left
+            if untainted and left > 0:
+                heapq.heappush(self._index.setdefault(resource, {}).setdefault(left, []), name)
 
 
 def envelope_hold(tree: TreeEnvelope | None, live: int, now: datetime) -> str:
@@ -196,14 +244,13 @@ def plan_release(
     pods whose gate is gone and are not finished: those still unbound are placed first (they are
     about to take room), and all of them count against their tree's ``max_live_pods``.
     ``max_release`` caps one plan (the scheduler takes a batch, the next plan sees where it went)."""
-    by_name = {n.name: n for n in nodes}
-    rooms = {n.name: dict(n.free) for n in nodes}
+    rooms = Rooms(nodes)
     live: dict[str, int] = {}
     plan = ReleasePlan()
     for pod in sorted(released, key=lambda p: (p.created, p.key)):
         live[pod.root_id] = live.get(pod.root_id, 0) + 1
         if pod.requests:  # in flight: about to take room
-            plan.in_flight[pod.key] = _place(pod, rooms, by_name)
+            plan.in_flight[pod.key] = rooms.place(pod)
     todo = list(gated)
     gated_ids = {p.agent_id for p in todo}
     trees: dict[str, list[GatedPod]] = {}
@@ -231,7 +278,7 @@ def plan_release(
             if max_release is not None and len(plan.release) >= max_release:
                 plan.held.append(Hold(pod, f"waiting: this pass released its {max_release}", annotate=False))
                 continue
-            node = _place(pod, rooms, by_name) if pod.requests else ""
+            node = rooms.place(pod) if pod.requests else ""
             if node is None:
                 asks = ", ".join(f"{n} {r}" for r, n in sorted(pod.requests.items()))
                 plan.held.append(Hold(pod, f"waiting: no node has {asks} free", annotate=False))

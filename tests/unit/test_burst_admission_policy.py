@@ -15,6 +15,7 @@ from core.burst import (
     BadQuantity,
     GatedPod,
     NodeRoom,
+    Rooms,
     Toleration,
     envelope_hold,
     gpu_requests,
@@ -225,3 +226,49 @@ def test_a_tree_never_has_more_released_than_its_envelope(limit: int, size: int,
     plan = plan_release(gated, already, [NodeRoom("n", {MIG: 100})], lambda r: tree(r, env=env), T0)
     assert len(plan.release) == min(size, max(0, limit - live))
     assert all(h.annotate and h.reason.startswith("over-envelope: root r") for h in plan.held)
+
+
+@st.composite
+def placements(draw: st.DrawFn) -> tuple[list[NodeRoom], list[GatedPod]]:
+    """Nodes with negative, zero and positive room, labels and taints; pods of one or two resources,
+    with and without nodeSelector and tolerations."""
+    taint = ("gpu", "dedicated", "NoSchedule")
+    nodes = [NodeRoom(f"n{i:02d}", {GPU: draw(st.integers(-1, 8)), MIG: draw(st.integers(-1, 14))},
+                      {"pool": draw(st.sampled_from(["a", "b"]))}, (taint,) if draw(st.booleans()) else ())
+             for i in range(draw(st.integers(1, 12)))]  # fmt: skip
+    pods = []
+    for i in range(draw(st.integers(1, 40))):
+        asks = {draw(RESOURCES): draw(st.integers(1, 4))}
+        if draw(st.integers(0, 5)) == 0:
+            asks[GPU if MIG in asks else MIG] = draw(st.integers(1, 2))
+        selector = {"pool": draw(st.sampled_from(["a", "b"]))} if draw(st.integers(0, 4)) == 0 else {}
+        tolerations = (Toleration("gpu", "Equal", "dedicated", "NoSchedule"),) if draw(st.integers(0, 4)) == 0 else ()
+        pods.append(pod(f"p{i}", asks=asks, node_selector=selector, tolerations=tolerations))
+    return nodes, pods
+
+
+@settings(max_examples=400, deadline=None)
+@given(placements())
+def test_the_index_places_every_pod_where_a_scan_of_every_node_would(
+    case: tuple[list[NodeRoom], list[GatedPod]],
+) -> None:
+    nodes, pods = case
+    indexed, scanned = Rooms(nodes), Rooms(nodes)
+    for p in pods:
+        expected = scanned.scan(p)
+        if expected is not None:
+            scanned._take(expected, p.requests)
+        assert indexed.place(p) == expected, p
+    assert indexed.free == scanned.free
+
+
+def test_a_burst_sized_plan_places_through_the_index() -> None:
+    """1,024 nodes, 8,000 gated pods, 2,000 released in flight: every placement the index makes is
+    where the scan would put it, and no node ends below zero."""
+    nodes = [NodeRoom(f"n{i:04d}", {GPU: i % 9} if i % 4 else {GPU: 0, MIG: (i * 7) % 57}) for i in range(1_024)]
+    gated = [pod(f"g{k}", asks={GPU if k % 5 == 0 else MIG: 1}, at=k // 80) for k in range(8_000)]
+    in_flight = [pod(f"f{k}", asks={GPU if k % 5 == 0 else MIG: 1}, at=k // 80) for k in range(2_000)]
+    plan = plan_release(gated, in_flight, nodes, no_envelope, T0, max_release=500)
+    assert len(plan.release) == 500 and all(node is not None for node in plan.in_flight.values())
+    left = _remaining(nodes, in_flight + plan.release, {**plan.in_flight, **plan.placed})  # type: ignore[dict-item]
+    assert all(v >= 0 for free in left.values() for v in free.values())
