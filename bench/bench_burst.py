@@ -135,6 +135,7 @@ def set_stage(args: argparse.Namespace, plane: Any) -> Stage:
 def clear_run(api: Any, plan: Any, extra_namespaces: Sequence[str] = ()) -> None:
     """Start deleting one run's tenants: their namespaces (so its burst pods) and ClusterQueues.
     The next run waits for them to go (:func:`wait_cleared`); the last run's go with the plane."""
+    import urllib3
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -147,6 +148,19 @@ def clear_run(api: Any, plan: Any, extra_namespaces: Sequence[str] = ()) -> None
         except ApiException as exc:
             if exc.status != 404:
                 raise
+        # One delete-collection each for its Workloads and pods: the namespace controller took
+        # over 15 minutes for 10,000 of each here; these take seconds. A timeout only means the
+        # server is still at it (the next run waits for the namespace to go).
+        for delete in (partial(custom.delete_collection_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION,
+                               namespace, "workloads"),
+                       partial(core.delete_collection_namespaced_pod, namespace, grace_period_seconds=0)):  # fmt: skip
+            try:
+                delete(_request_timeout=120, _preload_content=False)
+            except ApiException as exc:
+                if exc.status not in (404, 500, 504):
+                    raise
+            except urllib3.exceptions.HTTPError as exc:
+                print(f"    clean-up of {namespace}: {exc}", flush=True)
     for obj in plan.kueue_objects():
         if obj["kind"] == "ClusterQueue":
             try:
