@@ -259,8 +259,9 @@ def headroom_for(args: argparse.Namespace, plan: Any) -> dict[str, int]:
                                  {r: int(n) for r, n in p.requests.items()}) for p in past.pods]  # fmt: skip
     whole, slices = plan.capacity()
     policy = HeadroomPolicy()
-    desired = capped(forecast(samples, policy), whole + slices / 7, policy)
-    print(f"    headroom: forecast over a modelled week {forecast(samples, policy).units()}, held {desired} "
+    week = forecast(samples, policy)
+    desired = capped(week, whole + slices / 7, policy)
+    print(f"    headroom: forecast over a modelled week {week.units()}, held {desired} "
           f"(at most {policy.max_fraction:.0%} of {whole + slices / 7:,.0f} GPUs)", flush=True)  # fmt: skip
     return desired
 
